@@ -1,0 +1,151 @@
+//! Typed values read from cgroup v2 files, and the per-node snapshot the
+//! scanner produces. Plain data: the slack, verify and policy layers read
+//! these and nothing else of the filesystem.
+
+use std::path::PathBuf;
+
+use crate::model::Qos;
+
+/// `cpu.max`: `"<quota> <period>"` or `"max <period>"` (µs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuMax {
+    /// `None` = `max` (unlimited).
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+}
+
+impl CpuMax {
+    /// The limit in millicores (rounded up), `None` when unlimited.
+    pub fn millicores(&self) -> Option<u64> {
+        self.quota_us
+            .map(|q| (q as u128 * 1000).div_ceil(self.period_us.max(1) as u128) as u64)
+    }
+}
+
+/// `cpu.stat`. The throttling fields exist only where the cpu controller is
+/// enabled for the cgroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuStat {
+    pub usage_usec: u64,
+    pub user_usec: u64,
+    pub system_usec: u64,
+    pub nr_periods: Option<u64>,
+    pub nr_throttled: Option<u64>,
+    pub throttled_usec: Option<u64>,
+}
+
+/// One line of a PSI file.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PsiLine {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    /// Total stall time, µs.
+    pub total_us: u64,
+}
+
+/// `cpu.pressure`. `full` is absent on older kernels.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pressure {
+    pub some: PsiLine,
+    pub full: Option<PsiLine>,
+}
+
+/// Container runtime, from the container cgroup's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    Containerd,
+    Crio,
+    Docker,
+    /// A bare 64-hex id (cgroupfs driver with containerd or cri-dockerd: the
+    /// name does not say which).
+    Unknown,
+}
+
+/// cgroup driver the kubelet uses, found by looking at the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Driver {
+    Systemd,
+    Cgroupfs,
+}
+
+/// Where the kubelet's cgroups are under a root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub driver: Driver,
+    /// Node-allocatable cgroup (`kubepods.slice`, `kubelet.slice/kubelet-kubepods.slice`,
+    /// `kubepods`, …), relative to the root.
+    pub kubepods: PathBuf,
+}
+
+/// Why one cgroup (or one file of it) could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CgroupError {
+    /// The cgroup directory is gone (pod deleted between listing and reading).
+    #[error("cgroup {0} vanished")]
+    Vanished(PathBuf),
+    #[error("{0} is missing")]
+    Missing(PathBuf),
+    #[error("{path}: malformed: {reason}")]
+    Malformed { path: PathBuf, reason: String },
+    #[error("{path}: {reason}")]
+    Io { path: PathBuf, reason: String },
+}
+
+/// Files of one cgroup that Headroom reads every tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CgroupSample {
+    pub cpu_max: CpuMax,
+    pub cpu_stat: CpuStat,
+    /// Absent where the kernel has no PSI for this cgroup.
+    pub pressure: Option<Pressure>,
+    pub weight: Option<u64>,
+}
+
+/// What a container cgroup is, from its name (and, when the pod's status is
+/// known, from the container ids it lists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContainerRole {
+    /// An id listed in the pod's `containerStatuses`.
+    App,
+    /// The pause/sandbox container: an id the pod status does not list.
+    Sandbox,
+    /// CRI-O's `crio-conmon-<id>` monitor cgroup.
+    Conmon,
+    /// Not matched against a pod status yet.
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerCgroup {
+    pub id: String,
+    pub runtime: Runtime,
+    pub role: ContainerRole,
+    /// Relative to the cgroup root.
+    pub path: PathBuf,
+    pub cpu_max: Result<CpuMax, CgroupError>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodCgroup {
+    /// Pod UID with dashes (systemd `_` escaping undone).
+    pub uid: String,
+    pub qos: Qos,
+    /// Relative to the cgroup root.
+    pub path: PathBuf,
+    pub sample: Result<CgroupSample, CgroupError>,
+    pub containers: Vec<ContainerCgroup>,
+}
+
+/// One read of the whole kubepods tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSnapshot {
+    /// Monotonic time of the read, µs (from the caller's clock).
+    pub at_us: u64,
+    pub layout: Layout,
+    pub kubepods: CgroupSample,
+    pub pods: Vec<PodCgroup>,
+}

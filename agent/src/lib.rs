@@ -1,0 +1,7 @@
+//! Headroom: a node-level CPU right-sizer for Kubernetes.
+//!
+//! observe (cgroup, slack) → decide (policy) → act (kube) → verify (verify).
+
+pub mod cgroup;
+pub mod model;
+pub mod quantity;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Builds the real control plane used by the integration tests — etcd and
+# kube-apiserver — from the Go module proxy into a cache directory.
+# A no-op for every binary that is already there.
+#
+#   tests/control-plane/build.sh            # etcd + kube-apiserver v1.37.2
+#   HEADROOM_EXTRA_APISERVERS=v1.35.4 tests/control-plane/build.sh
+#
+# Cache: $HEADROOM_CACHE_DIR (default: <repo>/.cache), layout
+#   $HEADROOM_CACHE_DIR/bin/etcd-v3.6.16
+#   $HEADROOM_CACHE_DIR/bin/kube-apiserver-v1.37.2
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${HEADROOM_CACHE_DIR:-$repo/.cache}
+etcd_version=${HEADROOM_ETCD_VERSION:-v3.6.16}
+apiserver_version=${HEADROOM_APISERVER_VERSION:-v1.37.2}
+extra=${HEADROOM_EXTRA_APISERVERS:-}
+
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+mkdir -p "$cache/bin" "$cache/src"
+
+log() { printf 'control-plane: %s\n' "$*" >&2; }
+
+# Staging modules (k8s.io/api, k8s.io/apiserver, ...) are `replace`d to
+# ./staging/src/... in k8s.io/kubernetes' go.mod; a consumer must replace each
+# one with its published v0.X.Y. Read the list from the go.mod the proxy serves.
+replace_lines() {
+  local kver=$1 gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$kver" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+  [ -f "$gomod" ] || { log "cannot fetch go.mod of k8s.io/kubernetes@$kver"; exit 1; }
+  local staging="v0.${kver#v1.}"
+  grep -E '^\s*k8s\.io/[a-z0-9/-]+ => \./staging/' "$gomod" \
+    | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
+}
+
+build_apiserver() {
+  local kver=$1 out="$cache/bin/kube-apiserver-$1"
+  if [ -x "$out" ]; then log "kube-apiserver $kver: cached ($out)"; return; fi
+  local work="$cache/src/kube-apiserver-$kver"
+  rm -rf "$work" && mkdir -p "$work"
+  cp "$here/kube-apiserver/main.go" "$work/"
+  (
+    cd "$work"
+    # Fetch the module's go.mod from a throwaway module so `go mod download`
+    # has a context.
+    go mod init headroom.test/kube-apiserver >/dev/null 2>&1
+    { echo; echo "require k8s.io/kubernetes $kver"; replace_lines "$kver"; } >> go.mod
+    log "kube-apiserver $kver: resolving modules"
+    go mod tidy >/dev/null
+    local major=${kver#v}; major=${major%%.*}
+    local minor=${kver#v*.}; minor=${minor%%.*}
+    local pkg=k8s.io/component-base/version
+    log "kube-apiserver $kver: building"
+    go build -trimpath -o "$out.tmp" -ldflags "-s -w \
+      -X $pkg.gitVersion=$kver -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor \
+      -X $pkg.gitTreeState=clean \
+      -X k8s.io/client-go/pkg/version.gitVersion=$kver" .
+  )
+  mv "$out.tmp" "$out"
+  log "kube-apiserver $kver: built ($(du -h "$out" | cut -f1))"
+}
+
+build_etcd() {
+  local ever=$1 out="$cache/bin/etcd-$1"
+  if [ -x "$out" ]; then log "etcd $ever: cached ($out)"; return; fi
+  local work="$cache/src/etcd-$ever"
+  rm -rf "$work" && mkdir -p "$work"
+  cp "$here/etcd/main.go" "$work/"
+  (
+    cd "$work"
+    go mod init headroom.test/etcd >/dev/null 2>&1
+    printf '\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ever" >> go.mod
+    log "etcd $ever: resolving modules"
+    go mod tidy >/dev/null
+    log "etcd $ever: building"
+    go build -trimpath -o "$out.tmp" -ldflags "-s -w" .
+  )
+  mv "$out.tmp" "$out"
+  log "etcd $ever: built ($(du -h "$out" | cut -f1))"
+}
+
+start=$(date +%s)
+build_etcd "$etcd_version"
+build_apiserver "$apiserver_version"
+for v in $extra; do build_apiserver "$v"; done
+log "done in $(( $(date +%s) - start ))s; binaries in $cache/bin"
