@@ -1,0 +1,280 @@
+//! Turns every apiserver answer to a resize into a typed outcome the
+//! reconciler can act on: refusals with a reason (and, where the message
+//! reveals one, a floor), conflicts, vanished pods, RBAC/admission denials,
+//! and transient errors to back off from.
+
+use std::time::Duration;
+
+use crate::model::Millis;
+use crate::quantity;
+
+/// Why the apiserver refused a resize (texts: FACTS.md §3–4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    QosChange,
+    RequestsRemoved,
+    LimitsRemoved,
+    NotMutable,
+    StaticPod,
+    WindowsPod,
+    /// Pod-level resources with `InPlacePodLevelResourcesVerticalScaling` off.
+    PodLevelGateOff,
+    /// Pod-level limit under a container's own limit.
+    BelowContainerLimit,
+    /// Limit under the request.
+    BelowRequest,
+    /// Any other 422/400.
+    Invalid,
+}
+
+impl Refusal {
+    /// Stable label for metrics and events.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Refusal::QosChange => "qos_change",
+            Refusal::RequestsRemoved => "requests_removed",
+            Refusal::LimitsRemoved => "limits_removed",
+            Refusal::NotMutable => "not_mutable",
+            Refusal::StaticPod => "static_pod",
+            Refusal::WindowsPod => "windows_pod",
+            Refusal::PodLevelGateOff => "pod_level_gate_off",
+            Refusal::BelowContainerLimit => "below_container_limit",
+            Refusal::BelowRequest => "below_request",
+            Refusal::Invalid => "invalid",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Applied,
+    Refused {
+        refusal: Refusal,
+        message: String,
+        /// A floor the message proves: never patch below it again.
+        floor_m: Option<Millis>,
+    },
+    /// 409: the object changed under us; re-read and retry once.
+    Conflict,
+    /// 404: the pod is gone; forget it.
+    NotFound,
+    /// 403 or 401: RBAC or admission policy; a configuration alarm.
+    Forbidden(String),
+    /// 429, 5xx, timeouts and transport errors: back off with jitter.
+    Transient {
+        class: &'static str,
+        message: String,
+    },
+}
+
+impl Outcome {
+    /// Stable label for the `headroom_patch_errors_total{class}` metric.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Refused { .. } => "refused",
+            Outcome::Conflict => "conflict",
+            Outcome::NotFound => "not_found",
+            Outcome::Forbidden(_) => "forbidden",
+            Outcome::Transient { class, .. } => class,
+        }
+    }
+}
+
+/// Classifies a failed request. `attempted_m` is the CPU limit the patch
+/// asked for (pod total or pod-level), used to learn a QoS floor.
+pub fn classify(err: &kube::Error, attempted_m: Millis, quantum_m: Millis) -> Outcome {
+    match err {
+        kube::Error::Api(status) => {
+            classify_status(status.code, &status.message, attempted_m, quantum_m)
+        }
+        other => Outcome::Transient {
+            class: "transport",
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Classifies an apiserver `Status` by code and message.
+pub fn classify_status(
+    code: u16,
+    message: &str,
+    attempted_m: Millis,
+    quantum_m: Millis,
+) -> Outcome {
+    let message = message.to_string();
+    match code {
+        404 => Outcome::NotFound,
+        409 => Outcome::Conflict,
+        401 | 403 if !message.contains("resize of pods with pod-level resources is forbidden") => {
+            Outcome::Forbidden(message)
+        }
+        429 => Outcome::Transient {
+            class: "throttled",
+            message,
+        },
+        500..=599 => Outcome::Transient {
+            class: "server_error",
+            message,
+        },
+        400 | 403 | 422 => {
+            let (refusal, floor_m) = refusal_of(&message, attempted_m, quantum_m);
+            Outcome::Refused {
+                refusal,
+                message,
+                floor_m,
+            }
+        }
+        _ => Outcome::Transient {
+            class: "unexpected",
+            message,
+        },
+    }
+}
+
+fn refusal_of(msg: &str, attempted_m: Millis, quantum_m: Millis) -> (Refusal, Option<Millis>) {
+    if msg.contains("Pod QOS Class may not change as a result of resizing") {
+        // Pod e (FACTS §4): at the request it would turn Guaranteed; one
+        // quantum above is admitted.
+        return (Refusal::QosChange, Some(attempted_m + quantum_m.max(1)));
+    }
+    if msg.contains("resize of pods with pod-level resources is forbidden") {
+        return (Refusal::PodLevelGateOff, None);
+    }
+    if msg.contains("resource requests cannot be removed") {
+        return (Refusal::RequestsRemoved, None);
+    }
+    if msg.contains("resource limits cannot be removed") {
+        return (Refusal::LimitsRemoved, None);
+    }
+    if msg.contains("only cpu and memory resources are mutable") {
+        return (Refusal::NotMutable, None);
+    }
+    if msg.contains("static pods cannot be resized") {
+        return (Refusal::StaticPod, None);
+    }
+    if msg.contains("windows pods cannot be resized") {
+        return (Refusal::WindowsPod, None);
+    }
+    if msg.contains("must be less than or equal to pod limits") {
+        // `...[cpu].limits: Invalid value: "400m": must be less than or equal to pod limits of 300m`
+        return (Refusal::BelowContainerLimit, invalid_value(msg));
+    }
+    if msg.contains("must be less than or equal to cpu limit") {
+        // `spec.resources.requests: Invalid value: "110m": must be less than or equal to cpu limit of 100m`
+        return (Refusal::BelowRequest, invalid_value(msg));
+    }
+    (Refusal::Invalid, None)
+}
+
+/// The quantity in the first `Invalid value: "<q>"` of a message.
+fn invalid_value(msg: &str) -> Option<Millis> {
+    let rest = msg.split_once("Invalid value: \"")?.1;
+    let q = rest.split_once('"')?.0;
+    quantity::cpu_millis(q).ok()
+}
+
+/// Exponential backoff with full jitter: a random delay in [base, cap·2^n].
+pub fn backoff(attempt: u32, base: Duration, cap: Duration, rand01: f64) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.min(16));
+    let hi = exp.min(cap).max(base);
+    base + (hi - base).mul_f64(rand01.clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(code: u16, msg: &str, attempted: Millis) -> (Refusal, Option<Millis>) {
+        match classify_status(code, msg, attempted, 10) {
+            Outcome::Refused {
+                refusal, floor_m, ..
+            } => (refusal, floor_m),
+            o => panic!("expected a refusal, got {o:?}"),
+        }
+    }
+
+    #[test]
+    fn qos_refusal_learns_one_quantum_above() {
+        let msg = "Pod \"e\" is invalid: spec: Forbidden: Pod QOS Class may not change as a result of resizing";
+        assert_eq!(refused(422, msg, 100), (Refusal::QosChange, Some(110)));
+    }
+
+    #[test]
+    fn pod_level_container_limit_refusal_reveals_floor() {
+        let msg = "Pod \"b\" is invalid: spec.resources.containers[0][cpu].limits: Invalid value: \"400m\": must be less than or equal to pod limits of 300m";
+        assert_eq!(
+            refused(422, msg, 300),
+            (Refusal::BelowContainerLimit, Some(400))
+        );
+    }
+
+    #[test]
+    fn pod_level_request_refusal_reveals_floor() {
+        let msg = "Pod \"c\" is invalid: spec.resources.requests: Invalid value: \"110m\": must be less than or equal to cpu limit of 100m";
+        assert_eq!(refused(422, msg, 100), (Refusal::BelowRequest, Some(110)));
+    }
+
+    #[test]
+    fn gate_off_is_a_refusal_not_an_rbac_alarm() {
+        let msg = "The Pod \"a\" is invalid: []: Forbidden: resize of pods with pod-level resources is forbidden when InPlacePodLevelResourcesVerticalScalingEnabled feature gate is disabled";
+        assert_eq!(refused(422, msg, 800), (Refusal::PodLevelGateOff, None));
+    }
+
+    #[test]
+    fn every_fixed_text_maps_to_its_reason() {
+        for (msg, want) in [
+            (
+                "resource requests cannot be removed",
+                Refusal::RequestsRemoved,
+            ),
+            ("resource limits cannot be removed", Refusal::LimitsRemoved),
+            (
+                "only cpu and memory resources are mutable",
+                Refusal::NotMutable,
+            ),
+            ("static pods cannot be resized", Refusal::StaticPod),
+            ("windows pods cannot be resized", Refusal::WindowsPod),
+            ("something else entirely", Refusal::Invalid),
+        ] {
+            assert_eq!(refused(422, msg, 500).0, want, "{msg}");
+        }
+    }
+
+    #[test]
+    fn codes_map_to_actions() {
+        assert_eq!(classify_status(404, "gone", 1, 10), Outcome::NotFound);
+        assert_eq!(classify_status(409, "conflict", 1, 10), Outcome::Conflict);
+        assert!(matches!(
+            classify_status(403, "denied by policy", 1, 10),
+            Outcome::Forbidden(_)
+        ));
+        assert!(matches!(
+            classify_status(429, "slow down", 1, 10),
+            Outcome::Transient {
+                class: "throttled",
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify_status(503, "unavailable", 1, 10),
+            Outcome::Transient {
+                class: "server_error",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn backoff_stays_within_bounds() {
+        let base = Duration::from_millis(500);
+        let cap = Duration::from_secs(60);
+        for attempt in 0..40 {
+            for r in [0.0, 0.5, 1.0] {
+                let d = backoff(attempt, base, cap, r);
+                assert!(d >= base && d <= cap, "{attempt} {r} {d:?}");
+            }
+        }
+        assert!(backoff(3, base, cap, 1.0) > backoff(1, base, cap, 1.0));
+    }
+}

@@ -1,0 +1,189 @@
+//! Kubernetes Events on pods (`HeadroomResized`, `HeadroomResizeRefused`,
+//! `CgroupDrift`, `CgroupDriftCleared`), rate-limited per pod and reason so a
+//! flapping pod cannot flood the apiserver.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::model::PodView;
+
+pub const REASON_RESIZED: &str = "HeadroomResized";
+pub const REASON_REFUSED: &str = "HeadroomResizeRefused";
+pub const REASON_DRIFT: &str = "CgroupDrift";
+pub const REASON_DRIFT_CLEARED: &str = "CgroupDriftCleared";
+
+/// Pure limiter: at most one event per (pod, reason) per `interval`, and at
+/// most `burst` events per `interval` node-wide.
+#[derive(Debug)]
+pub struct EventLimiter {
+    interval: Duration,
+    burst: usize,
+    last: HashMap<(String, &'static str), Duration>,
+    window_start: Duration,
+    in_window: usize,
+}
+
+impl EventLimiter {
+    pub fn new(interval: Duration, burst: usize) -> Self {
+        Self {
+            interval,
+            burst,
+            last: HashMap::new(),
+            window_start: Duration::ZERO,
+            in_window: 0,
+        }
+    }
+
+    /// Whether an event may be sent now; records it if so.
+    pub fn allow(&mut self, pod_uid: &str, reason: &'static str, now: Duration) -> bool {
+        if now.saturating_sub(self.window_start) >= self.interval {
+            self.window_start = now;
+            self.in_window = 0;
+        }
+        if self.in_window >= self.burst {
+            return false;
+        }
+        let key = (pod_uid.to_string(), reason);
+        if let Some(t) = self.last.get(&key)
+            && now.saturating_sub(*t) < self.interval
+        {
+            return false;
+        }
+        self.last.insert(key, now);
+        self.in_window += 1;
+        true
+    }
+
+    /// Drops the memory of a pod that is gone.
+    pub fn forget(&mut self, pod_uid: &str) {
+        self.last.retain(|(uid, _), _| uid != pod_uid);
+    }
+}
+
+pub fn pod_reference(pod: &PodView) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(pod.namespace.clone()),
+        name: Some(pod.name.clone()),
+        uid: Some(pod.uid.clone()),
+        resource_version: pod.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+/// Sends events through kube-runtime's recorder (events.k8s.io/v1).
+pub struct EventSink {
+    recorder: Recorder,
+    limiter: EventLimiter,
+}
+
+impl EventSink {
+    pub fn new(client: kube::Client, node_name: &str, interval: Duration) -> Self {
+        let reporter = Reporter {
+            controller: "headroom-agent".into(),
+            instance: Some(node_name.to_string()),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+            limiter: EventLimiter::new(interval, 20),
+        }
+    }
+
+    /// Publishes unless rate-limited. Failures are logged, never fatal:
+    /// an event is a courtesy, the metric is the record.
+    pub async fn publish(
+        &mut self,
+        pod: &PodView,
+        warning: bool,
+        reason: &'static str,
+        note: String,
+        now: Duration,
+    ) -> bool {
+        if !self.limiter.allow(&pod.uid, reason, now) {
+            tracing::debug!(pod = %pod.key(), reason, "event rate-limited");
+            return false;
+        }
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(truncate(note, 1000)),
+            action: "Resize".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &pod_reference(pod)).await {
+            tracing::warn!(pod = %pod.key(), reason, error = %e, "could not publish event");
+            return false;
+        }
+        true
+    }
+
+    pub fn forget(&mut self, pod_uid: &str) {
+        self.limiter.forget(pod_uid);
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn one_event_per_pod_and_reason_per_interval() {
+        let mut l = EventLimiter::new(S(60), 100);
+        assert!(l.allow("a", REASON_RESIZED, S(0)));
+        assert!(!l.allow("a", REASON_RESIZED, S(30)));
+        assert!(
+            l.allow("a", REASON_REFUSED, S(30)),
+            "other reason has its own budget"
+        );
+        assert!(
+            l.allow("b", REASON_RESIZED, S(30)),
+            "other pod has its own budget"
+        );
+        assert!(l.allow("a", REASON_RESIZED, S(60)));
+    }
+
+    #[test]
+    fn node_wide_burst_caps_a_storm() {
+        let mut l = EventLimiter::new(S(60), 3);
+        let sent = (0..50)
+            .filter(|i| l.allow(&format!("pod{i}"), REASON_DRIFT, S(1)))
+            .count();
+        assert_eq!(sent, 3);
+        assert!(l.allow("pod99", REASON_DRIFT, S(62)), "window refills");
+    }
+
+    #[test]
+    fn forget_resets_a_pod() {
+        let mut l = EventLimiter::new(S(60), 10);
+        assert!(l.allow("a", REASON_DRIFT, S(0)));
+        l.forget("a");
+        assert!(l.allow("a", REASON_DRIFT, S(1)));
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        let s = "é".repeat(600);
+        assert!(truncate(s, 1000).len() <= 1000);
+    }
+}

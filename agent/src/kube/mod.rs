@@ -1,0 +1,8 @@
+//! Everything that talks to the Kubernetes API: watches of the own node's
+//! pods, the resize patch and its classification, and events.
+
+pub mod classify;
+pub mod events;
+pub mod patch;
+pub mod resize;
+pub mod watch;
