@@ -1,0 +1,23 @@
+# syntax=docker/dockerfile:1
+# Headroom agent image: one static binary, nothing else.
+#   docker build -t headroom-agent:0.1.0 .
+# The builder runs scripts/static-build.sh, the same script CI runs outside Docker.
+
+FROM rust:1.95-bookworm AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends musl-tools file binutils \
+ && rm -rf /var/lib/apt/lists/* \
+ && rustup target add x86_64-unknown-linux-musl
+WORKDIR /src
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    scripts/static-build.sh --out /out/headroom-agent
+
+# No shell, no libc, no CA bundle: in-cluster the agent trusts the ServiceAccount CA.
+FROM scratch
+COPY --from=build /out/headroom-agent /headroom-agent
+USER 65532:65532
+EXPOSE 9464
+ENTRYPOINT ["/headroom-agent"]
+CMD ["run"]
