@@ -1,0 +1,2 @@
+//! Prometheus metrics: the registry of every `headroom_` family and the HTTP
+//! server (`/metrics`, `/healthz`, `/readyz`).

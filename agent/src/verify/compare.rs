@@ -1,0 +1,411 @@
+//! Expected vs observed `cpu.max`. Pure: works on the scanner's
+//! [`PodCgroup`]s, so a test or benchmark can feed it any tree.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::cgroup::{CpuMax, Driver, PodCgroup};
+use crate::model::PodView;
+use crate::quantity::format_cpu_millis;
+use crate::verify::expected::{DEFAULT_PERIOD_US, Expected, ExpectedMax, expected_cpu_max};
+
+/// Which cgroup of a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    Pod,
+    /// A container cgroup, by container name.
+    Container(String),
+}
+
+impl Target {
+    /// The container name, `""` for the pod cgroup (a metric label value).
+    pub fn container(&self) -> &str {
+        match self {
+            Target::Pod => "",
+            Target::Container(n) => n,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Pod => f.write_str("pod cgroup"),
+            Target::Container(n) => write!(f, "container {n}"),
+        }
+    }
+}
+
+/// What was found where a value was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// `cpu.max` was read and holds another value.
+    Value(CpuMax),
+    /// The cgroup exists but `cpu.max` could not be read or parsed.
+    Unreadable(String),
+    /// No cgroup for the pod, or for the running container's id.
+    NoCgroup,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    pub target: Target,
+    /// At the observed file's period when one was read.
+    pub expected: ExpectedMax,
+    pub actual: Observed,
+    /// Sets the accepted tolerance (systemd rounding).
+    pub driver: Driver,
+}
+
+fn describe_cpu_max(m: &CpuMax) -> String {
+    match (m.quota_us, m.millicores()) {
+        (Some(q), Some(milli)) => format!("{q} {} ({})", m.period_us, format_cpu_millis(milli)),
+        _ => format!("max {} (no limit)", m.period_us),
+    }
+}
+
+impl fmt::Display for Mismatch {
+    /// `expected 80000 100000 (800m), found 11000 100000 (110m)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "expected {}, ", self.expected.describe(self.driver))?;
+        match &self.actual {
+            Observed::Value(m) => write!(f, "found {}", describe_cpu_max(m)),
+            Observed::Unreadable(e) => write!(f, "cpu.max unreadable: {e}"),
+            Observed::NoCgroup => f.write_str("found no cgroup"),
+        }
+    }
+}
+
+fn check(
+    target: Target,
+    expected: ExpectedMax,
+    observed: Result<&CpuMax, String>,
+    driver: Driver,
+) -> Option<Mismatch> {
+    let (expected, actual) = match observed {
+        Ok(m) if expected.accepts(m, driver) => return None,
+        Ok(m) => (expected.at_period(m.period_us), Observed::Value(*m)),
+        Err(e) => (expected, Observed::Unreadable(e)),
+    };
+    Some(Mismatch {
+        target,
+        expected,
+        actual,
+        driver,
+    })
+}
+
+/// Every cgroup of the pod whose `cpu.max` is not what `expected` says.
+/// Container cgroups are found by the running container's id; containers
+/// that are not running are skipped, and cgroups of containers the spec does
+/// not name (sandbox, conmon) are ignored.
+pub fn compare(expected: &Expected, observed: &PodCgroup, driver: Driver) -> Vec<Mismatch> {
+    let mut out = Vec::new();
+    out.extend(check(
+        Target::Pod,
+        expected.pod,
+        observed
+            .sample
+            .as_ref()
+            .map(|s| &s.cpu_max)
+            .map_err(|e| e.to_string()),
+        driver,
+    ));
+    for c in &expected.containers {
+        let Some(id) = c.container_id.as_deref() else {
+            continue;
+        };
+        let target = Target::Container(c.name.clone());
+        match observed.containers.iter().find(|cg| cg.id == id) {
+            Some(cg) => out.extend(check(
+                target,
+                c.max,
+                cg.cpu_max.as_ref().map_err(|e| e.to_string()),
+                driver,
+            )),
+            None => out.push(Mismatch {
+                target,
+                expected: c.max,
+                actual: Observed::NoCgroup,
+                driver,
+            }),
+        }
+    }
+    out
+}
+
+/// The result of auditing one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodAudit {
+    pub uid: String,
+    pub mismatches: Vec<Mismatch>,
+}
+
+/// The period to derive expectations with: the pod cgroup's own, else a
+/// container's, else the kubelet default (then nothing was readable and the
+/// period only shows in messages).
+fn period_of(cg: &PodCgroup) -> u64 {
+    cg.sample
+        .as_ref()
+        .ok()
+        .map(|s| s.cpu_max.period_us)
+        .or_else(|| {
+            cg.containers
+                .iter()
+                .find_map(|c| c.cpu_max.as_ref().ok().map(|m| m.period_us))
+        })
+        .unwrap_or(DEFAULT_PERIOD_US)
+}
+
+/// One full audit: every running, non-terminating pod against the scanned
+/// cgroups. A running pod without a pod cgroup is a [`Observed::NoCgroup`]
+/// mismatch. Pods with no mismatch are listed too (empty `mismatches`), so
+/// a drift tracker can clear them.
+pub fn audit<'a>(
+    pods: impl IntoIterator<Item = &'a PodView>,
+    cgroups: &[PodCgroup],
+    driver: Driver,
+) -> Vec<PodAudit> {
+    let by_uid: HashMap<&str, &PodCgroup> = cgroups.iter().map(|c| (c.uid.as_str(), c)).collect();
+    pods.into_iter()
+        .filter(|p| p.is_running() && !p.terminating)
+        .map(|p| {
+            let mismatches = match by_uid.get(p.uid.as_str()) {
+                Some(cg) => compare(&expected_cpu_max(p, period_of(cg)), cg, driver),
+                None => vec![Mismatch {
+                    target: Target::Pod,
+                    expected: expected_cpu_max(p, DEFAULT_PERIOD_US).pod,
+                    actual: Observed::NoCgroup,
+                    driver,
+                }],
+            };
+            PodAudit {
+                uid: p.uid.clone(),
+                mismatches,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::cgroup::{
+        CgroupError, CgroupSample, ContainerCgroup, ContainerRole, CpuStat, Runtime,
+    };
+    use crate::model::{Millis, Qos};
+    use crate::verify::expected::tests::{container, pod};
+
+    pub(crate) fn max(quota: Option<u64>) -> CpuMax {
+        CpuMax {
+            quota_us: quota,
+            period_us: DEFAULT_PERIOD_US,
+        }
+    }
+
+    fn sample(m: CpuMax) -> CgroupSample {
+        CgroupSample {
+            cpu_max: m,
+            cpu_stat: CpuStat::default(),
+            pressure: None,
+            weight: None,
+        }
+    }
+
+    /// A pod cgroup holding exactly what the kubelet would write for `p`
+    /// (cgroupfs layout), plus a sandbox container.
+    pub(crate) fn cgroup_for(p: &PodView) -> PodCgroup {
+        let e = expected_cpu_max(p, DEFAULT_PERIOD_US);
+        let path = PathBuf::from(format!("kubepods/burstable/pod{}", p.uid));
+        let mut containers: Vec<ContainerCgroup> = e
+            .containers
+            .iter()
+            .filter_map(|c| {
+                Some(ContainerCgroup {
+                    id: c.container_id.clone()?,
+                    runtime: Runtime::Unknown,
+                    role: ContainerRole::App,
+                    path: path.join(c.container_id.as_deref()?),
+                    cpu_max: Ok(max(c.max.quota_us())),
+                })
+            })
+            .collect();
+        containers.push(ContainerCgroup {
+            id: "pause".into(),
+            runtime: Runtime::Unknown,
+            role: ContainerRole::Sandbox,
+            path: path.join("pause"),
+            cpu_max: Ok(max(None)),
+        });
+        PodCgroup {
+            uid: p.uid.clone(),
+            qos: p.qos,
+            path,
+            sample: Ok(sample(max(e.pod.quota_us()))),
+            containers,
+        }
+    }
+
+    fn two_containers() -> PodView {
+        pod(
+            "u1",
+            vec![
+                container("a", Some(100), Some(500)),
+                container("b", Some(100), Some(300)),
+            ],
+        )
+    }
+
+    fn cmp(p: &PodView, cg: &PodCgroup) -> Vec<Mismatch> {
+        compare(
+            &expected_cpu_max(p, DEFAULT_PERIOD_US),
+            cg,
+            Driver::Cgroupfs,
+        )
+    }
+
+    #[test]
+    fn kubelet_output_matches() {
+        let p = two_containers();
+        assert_eq!(cmp(&p, &cgroup_for(&p)), vec![]);
+    }
+
+    #[test]
+    fn wrong_pod_quota_is_reported_with_display() {
+        let p = two_containers();
+        let mut cg = cgroup_for(&p);
+        cg.sample.as_mut().unwrap().cpu_max = max(Some(11_000));
+        let m = cmp(&p, &cg);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].target, Target::Pod);
+        assert_eq!(m[0].actual, Observed::Value(max(Some(11_000))));
+        assert_eq!(
+            m[0].to_string(),
+            "expected 80000 100000 (800m), found 11000 100000 (110m)"
+        );
+    }
+
+    #[test]
+    fn container_not_updated_is_reported_on_the_container() {
+        let p = two_containers();
+        let mut cg = cgroup_for(&p);
+        let i = cg.containers.iter().position(|c| c.id == "id-b").unwrap();
+        cg.containers[i].cpu_max = Ok(max(Some(20_000)));
+        let m = cmp(&p, &cg);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].target, Target::Container("b".into()));
+    }
+
+    #[test]
+    fn unlimited_where_limited_is_a_mismatch() {
+        let p = two_containers();
+        let mut cg = cgroup_for(&p);
+        cg.sample.as_mut().unwrap().cpu_max = max(None);
+        let m = cmp(&p, &cg);
+        assert_eq!(
+            m[0].to_string(),
+            "expected 80000 100000 (800m), found max 100000 (no limit)"
+        );
+    }
+
+    #[test]
+    fn unreadable_pod_cpu_max_is_a_distinct_mismatch() {
+        let p = two_containers();
+        let mut cg = cgroup_for(&p);
+        cg.sample = Err(CgroupError::Malformed {
+            path: "x/cpu.max".into(),
+            reason: "bad".into(),
+        });
+        let m = cmp(&p, &cg);
+        assert_eq!(m.len(), 1);
+        assert!(matches!(m[0].actual, Observed::Unreadable(_)));
+        assert!(m[0].to_string().contains("unreadable"));
+    }
+
+    #[test]
+    fn missing_container_cgroup_is_no_cgroup() {
+        let p = two_containers();
+        let mut cg = cgroup_for(&p);
+        cg.containers.retain(|c| c.id != "id-a");
+        let m = cmp(&p, &cg);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].target, Target::Container("a".into()));
+        assert_eq!(m[0].actual, Observed::NoCgroup);
+    }
+
+    #[test]
+    fn not_running_container_is_skipped() {
+        let mut p = two_containers();
+        let mut cg = cgroup_for(&p);
+        p.statuses[0].running = false;
+        cg.containers.retain(|c| c.id != "id-a");
+        assert_eq!(cmp(&p, &cg), vec![]);
+    }
+
+    #[test]
+    fn systemd_rounding_is_tolerated_only_with_systemd() {
+        let p = pod("u", vec![container("a", Some(100), Some(101))]);
+        let mut cg = cgroup_for(&p);
+        cg.sample.as_mut().unwrap().cpu_max = max(Some(11_000));
+        let e = expected_cpu_max(&p, DEFAULT_PERIOD_US);
+        assert_eq!(compare(&e, &cg, Driver::Systemd), vec![]);
+        assert_eq!(compare(&e, &cg, Driver::Cgroupfs).len(), 1);
+    }
+
+    #[test]
+    fn other_period_is_judged_at_that_period() {
+        let p = two_containers();
+        let mut cg = cgroup_for(&p);
+        cg.sample.as_mut().unwrap().cpu_max = CpuMax {
+            quota_us: Some(40_000),
+            period_us: 50_000,
+        };
+        assert_eq!(cmp(&p, &cg), vec![]);
+        cg.sample.as_mut().unwrap().cpu_max = CpuMax {
+            quota_us: Some(80_000),
+            period_us: 50_000,
+        };
+        let m = cmp(&p, &cg);
+        assert_eq!(
+            m[0].to_string(),
+            "expected 40000 50000 (800m), found 80000 50000 (1600m)"
+        );
+    }
+
+    fn many(n: usize, lim: Millis) -> Vec<PodView> {
+        (0..n)
+            .map(|i| pod(&format!("u{i}"), vec![container("c", Some(100), Some(lim))]))
+            .collect()
+    }
+
+    #[test]
+    fn audit_lists_every_running_pod_and_flags_missing_cgroup() {
+        let mut pods = many(3, 200);
+        pods[2].phase = Some("Pending".into());
+        let cgroups = vec![cgroup_for(&pods[0])];
+        let a = audit(&pods, &cgroups, Driver::Cgroupfs);
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[0].mismatches, vec![]);
+        assert_eq!(a[1].uid, "u1");
+        assert_eq!(a[1].mismatches[0].actual, Observed::NoCgroup);
+    }
+
+    #[test]
+    fn audit_skips_terminating_pods() {
+        let mut pods = many(1, 200);
+        pods[0].terminating = true;
+        assert_eq!(audit(&pods, &[], Driver::Cgroupfs), vec![]);
+    }
+
+    #[test]
+    fn guaranteed_pod_is_audited() {
+        let mut p = pod("g", vec![container("c", Some(500), Some(500))]);
+        p.qos = Qos::Guaranteed;
+        let mut cg = cgroup_for(&p);
+        assert_eq!(cmp(&p, &cg), vec![]);
+        cg.sample.as_mut().unwrap().cpu_max = max(None);
+        assert_eq!(cmp(&p, &cg).len(), 1);
+    }
+}
