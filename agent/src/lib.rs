@@ -3,5 +3,7 @@
 //! observe (cgroup, slack) → decide (policy) → act (kube) → verify (verify).
 
 pub mod cgroup;
+pub mod metrics;
 pub mod model;
 pub mod quantity;
+pub mod verify;
