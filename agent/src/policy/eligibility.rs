@@ -1,0 +1,329 @@
+//! Who is managed, and in which shape. Every pod left alone gets a reason
+//! with a stable snake_case name for metrics and `explain`.
+
+use serde::{Serialize, Serializer};
+
+use crate::model::{ANN_ADOPT, ANN_MANAGED, Millis, PodView, Qos, ResizePolicy};
+
+/// Node-wide facts eligibility needs besides the pod.
+#[derive(Debug, Clone, Copy)]
+pub struct EligibilityCtx<'a> {
+    /// The node this agent runs on.
+    pub node_name: &'a str,
+    /// The pod's namespace carries the label `headroom.dev/managed=true`.
+    pub namespace_opted_in: bool,
+    /// Whether the cluster admits resizes of pods with pod-level resources
+    /// (`dryRun=All` probe); `None` until probed.
+    pub pod_level_resize_supported: Option<bool>,
+}
+
+/// Why a pod is left alone. [`Unmanaged::reason`] is the metrics label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unmanaged {
+    /// Bound to another node (or not bound).
+    OtherNode,
+    /// Pod annotation `headroom.dev/managed=false`.
+    OptedOut,
+    /// Neither the namespace label nor the pod annotation opts in.
+    NotOptedIn,
+    /// Phase is not Running.
+    NotRunning,
+    /// Has a deletion timestamp.
+    Terminating,
+    /// Mirror of a static pod: the apiserver refuses its resize.
+    StaticPod,
+    /// Windows pod: the apiserver refuses its resize.
+    Windows,
+    /// Guaranteed through pod-level resources: any change flips QoS.
+    PodLevelGuaranteed,
+    /// Guaranteed: a limit change would change the QoS class.
+    Guaranteed,
+    /// BestEffort: adding a limit would change the QoS class.
+    BestEffort,
+    /// `PodResizePending` is true: the kubelet has not taken the last resize.
+    ResizePending,
+    /// `PodResizeInProgress` is true.
+    ResizeInProgress,
+    /// The kubelet has not yet observed the pod's latest generation.
+    ResizeUnobserved,
+    /// Pod-level resources, and the cluster's support was not probed yet.
+    PodLevelUnknown,
+    /// Pod-level resources, and the cluster refuses their resize (gate off).
+    PodLevelUnsupported,
+    /// No CPU limit to move, and no `headroom.dev/adopt-unlimited=true`.
+    NoCpuLimit,
+    /// A container whose limit would change has cpu `resizePolicy`
+    /// `RestartContainer`: a resize would restart it.
+    RestartPolicy,
+    /// A limit to manage but no CPU request to weigh it by.
+    NoCpuRequest,
+}
+
+impl Unmanaged {
+    /// Every reason, for metrics that export zeros.
+    pub const ALL: [Unmanaged; 18] = [
+        Unmanaged::OtherNode,
+        Unmanaged::OptedOut,
+        Unmanaged::NotOptedIn,
+        Unmanaged::NotRunning,
+        Unmanaged::Terminating,
+        Unmanaged::StaticPod,
+        Unmanaged::Windows,
+        Unmanaged::PodLevelGuaranteed,
+        Unmanaged::Guaranteed,
+        Unmanaged::BestEffort,
+        Unmanaged::ResizePending,
+        Unmanaged::ResizeInProgress,
+        Unmanaged::ResizeUnobserved,
+        Unmanaged::PodLevelUnknown,
+        Unmanaged::PodLevelUnsupported,
+        Unmanaged::NoCpuLimit,
+        Unmanaged::RestartPolicy,
+        Unmanaged::NoCpuRequest,
+    ];
+
+    /// Stable snake_case name (metrics label, JSON).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unmanaged::OtherNode => "other_node",
+            Unmanaged::OptedOut => "opted_out",
+            Unmanaged::NotOptedIn => "not_opted_in",
+            Unmanaged::NotRunning => "not_running",
+            Unmanaged::Terminating => "terminating",
+            Unmanaged::StaticPod => "static_pod",
+            Unmanaged::Windows => "windows",
+            Unmanaged::PodLevelGuaranteed => "pod_level_guaranteed",
+            Unmanaged::Guaranteed => "guaranteed",
+            Unmanaged::BestEffort => "best_effort",
+            Unmanaged::ResizePending => "resize_pending",
+            Unmanaged::ResizeInProgress => "resize_in_progress",
+            Unmanaged::ResizeUnobserved => "resize_unobserved",
+            Unmanaged::PodLevelUnknown => "pod_level_unknown",
+            Unmanaged::PodLevelUnsupported => "pod_level_unsupported",
+            Unmanaged::NoCpuLimit => "no_cpu_limit",
+            Unmanaged::RestartPolicy => "restart_policy",
+            Unmanaged::NoCpuRequest => "no_cpu_request",
+        }
+    }
+
+    /// One line for humans (`explain`).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Unmanaged::OtherNode => "pod is bound to another node",
+            Unmanaged::OptedOut => "pod annotation headroom.dev/managed=false",
+            Unmanaged::NotOptedIn => {
+                "neither namespace label nor pod annotation headroom.dev/managed=true"
+            }
+            Unmanaged::NotRunning => "pod is not Running",
+            Unmanaged::Terminating => "pod is terminating",
+            Unmanaged::StaticPod => "static pods cannot be resized",
+            Unmanaged::Windows => "windows pods cannot be resized",
+            Unmanaged::PodLevelGuaranteed => {
+                "Guaranteed through pod-level resources; any CPU limit change would change QoS"
+            }
+            Unmanaged::Guaranteed => "Guaranteed; a CPU limit change would change QoS",
+            Unmanaged::BestEffort => "BestEffort; adding a CPU limit would change QoS",
+            Unmanaged::ResizePending => "a resize is pending (PodResizePending)",
+            Unmanaged::ResizeInProgress => "a resize is in progress (PodResizeInProgress)",
+            Unmanaged::ResizeUnobserved => "the kubelet has not observed the latest spec yet",
+            Unmanaged::PodLevelUnknown => {
+                "pod-level resources; cluster support for their resize not probed yet"
+            }
+            Unmanaged::PodLevelUnsupported => {
+                "pod-level resources; the cluster refuses their resize (InPlacePodLevelResourcesVerticalScaling off)"
+            }
+            Unmanaged::NoCpuLimit => {
+                "no CPU limit to manage; set headroom.dev/adopt-unlimited=true to add one (one-way)"
+            }
+            Unmanaged::RestartPolicy => {
+                "a container that would be resized has cpu resizePolicy RestartContainer"
+            }
+            Unmanaged::NoCpuRequest => "no CPU request to weigh the limit by",
+        }
+    }
+}
+
+impl std::fmt::Display for Unmanaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl Serialize for Unmanaged {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.reason())
+    }
+}
+
+/// A container whose CPU limit Headroom sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedContainer {
+    pub name: String,
+    /// Always > 0.
+    pub request_m: Millis,
+    /// `None`: unlimited now; the first patch adopts it.
+    pub limit_m: Option<Millis>,
+}
+
+/// What Headroom patches for a managed pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManagedShape {
+    /// Container limits (no pod-level CPU). Containers not listed have no
+    /// CPU limit and are left unlimited.
+    Containers(Vec<ManagedContainer>),
+    /// Only `spec.resources.limits.cpu`; container limits are never touched.
+    PodLevel {
+        /// Pod-level CPU request (> 0).
+        request_m: Millis,
+        /// `None`: no pod-level CPU limit yet; the first patch adopts.
+        limit_m: Option<Millis>,
+    },
+}
+
+impl ManagedShape {
+    /// The request the managed limit is measured against.
+    pub fn request_m(&self) -> Millis {
+        match self {
+            ManagedShape::Containers(cs) => cs.iter().map(|c| c.request_m).sum(),
+            ManagedShape::PodLevel { request_m, .. } => *request_m,
+        }
+    }
+
+    /// Current managed limit; `None` if any managed part is unlimited.
+    pub fn current_limit_m(&self) -> Option<Millis> {
+        match self {
+            ManagedShape::Containers(cs) => cs.iter().map(|c| c.limit_m).sum(),
+            ManagedShape::PodLevel { limit_m, .. } => *limit_m,
+        }
+    }
+}
+
+fn flag(pod: &PodView, key: &str) -> Option<bool> {
+    let v = pod.annotation(key)?.trim();
+    if v.eq_ignore_ascii_case("true") {
+        Some(true)
+    } else if v.eq_ignore_ascii_case("false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Decides whether Headroom manages `pod`, and how.
+///
+/// Opt-in: namespace label or pod annotation `headroom.dev/managed=true`;
+/// the pod annotation `false` wins. Adoption of unlimited containers (or of
+/// a missing pod-level CPU limit) needs `headroom.dev/adopt-unlimited=true`
+/// and only applies where a CPU request exists: adding a limit to a
+/// container without request would make the apiserver default the request
+/// to the limit.
+pub fn eligibility(pod: &PodView, ctx: &EligibilityCtx<'_>) -> Result<ManagedShape, Unmanaged> {
+    if pod.node_name.as_deref() != Some(ctx.node_name) {
+        return Err(Unmanaged::OtherNode);
+    }
+    match flag(pod, ANN_MANAGED) {
+        Some(false) => return Err(Unmanaged::OptedOut),
+        Some(true) => {}
+        None if ctx.namespace_opted_in => {}
+        None => return Err(Unmanaged::NotOptedIn),
+    }
+    if !pod.is_running() {
+        return Err(Unmanaged::NotRunning);
+    }
+    if pod.terminating {
+        return Err(Unmanaged::Terminating);
+    }
+    if pod.static_pod {
+        return Err(Unmanaged::StaticPod);
+    }
+    if pod.windows {
+        return Err(Unmanaged::Windows);
+    }
+    let pod_level = pod.pod_resources.is_some();
+    match pod.qos {
+        Qos::Guaranteed if pod_level => return Err(Unmanaged::PodLevelGuaranteed),
+        Qos::Guaranteed => return Err(Unmanaged::Guaranteed),
+        Qos::BestEffort => return Err(Unmanaged::BestEffort),
+        Qos::Burstable => {}
+    }
+    if pod.resize.pending.is_some() {
+        return Err(Unmanaged::ResizePending);
+    }
+    if pod.resize.in_progress.is_some() {
+        return Err(Unmanaged::ResizeInProgress);
+    }
+    if pod
+        .resize
+        .observed_generation
+        .is_some_and(|g| g < pod.generation)
+    {
+        return Err(Unmanaged::ResizeUnobserved);
+    }
+    // With the gate off, every resize of a pod with spec.resources is
+    // refused, even a container-only one (FACTS §4).
+    if pod_level {
+        match ctx.pod_level_resize_supported {
+            None => return Err(Unmanaged::PodLevelUnknown),
+            Some(false) => return Err(Unmanaged::PodLevelUnsupported),
+            Some(true) => {}
+        }
+    }
+    let adopt = flag(pod, ANN_ADOPT) == Some(true);
+    match pod.pod_resources {
+        Some(pr) if pr.cpu_request.is_some() || pr.cpu_limit.is_some() => {
+            pod_level_shape(pod, pr.cpu_request, pr.cpu_limit, adopt)
+        }
+        _ => container_shape(pod, adopt),
+    }
+}
+
+fn pod_level_shape(
+    pod: &PodView,
+    request: Option<Millis>,
+    limit: Option<Millis>,
+    adopt: bool,
+) -> Result<ManagedShape, Unmanaged> {
+    if limit.is_none() && !adopt {
+        return Err(Unmanaged::NoCpuLimit);
+    }
+    // Containers without their own limit run under the pod limit. Whether a
+    // pod-level resize restarts them is not pinned down; do not risk it.
+    if pod.containers.iter().any(|c| {
+        c.resources.cpu_limit.is_none() && c.cpu_resize_policy == ResizePolicy::RestartContainer
+    }) {
+        return Err(Unmanaged::RestartPolicy);
+    }
+    match request {
+        Some(r) if r > 0 => Ok(ManagedShape::PodLevel {
+            request_m: r,
+            limit_m: limit,
+        }),
+        _ => Err(Unmanaged::NoCpuRequest),
+    }
+}
+
+fn container_shape(pod: &PodView, adopt: bool) -> Result<ManagedShape, Unmanaged> {
+    let mut managed = Vec::new();
+    for c in &pod.containers {
+        let r = c.resources;
+        let take = r.cpu_limit.is_some() || (adopt && r.cpu_request.is_some_and(|q| q > 0));
+        if !take {
+            continue;
+        }
+        if c.cpu_resize_policy == ResizePolicy::RestartContainer {
+            return Err(Unmanaged::RestartPolicy);
+        }
+        match r.cpu_request {
+            Some(q) if q > 0 => managed.push(ManagedContainer {
+                name: c.name.clone(),
+                request_m: q,
+                limit_m: r.cpu_limit,
+            }),
+            _ => return Err(Unmanaged::NoCpuRequest),
+        }
+    }
+    if managed.is_empty() {
+        return Err(Unmanaged::NoCpuLimit);
+    }
+    Ok(ManagedShape::Containers(managed))
+}

@@ -1,0 +1,114 @@
+//! Floors and ceilings of a managed pod's CPU limit, in the unit the shape
+//! patches (sum of managed container limits, or the pod-level limit).
+
+use crate::model::{ANN_CEILING, Millis, PodView, Qos, compute_qos};
+use crate::quantity;
+
+use super::eligibility::ManagedShape;
+
+/// Lowest limit Headroom may set, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Floor {
+    pub floor_m: Millis,
+    /// The floor is one quantum above what the apiserver would otherwise
+    /// allow, so the QoS class stays Burstable.
+    pub qos_guard: bool,
+    /// Pod-level: the largest container CPU limit lifted the floor.
+    pub container_limit_bound: bool,
+    /// The caller's learned floor (from a refusal) lifted the floor.
+    pub learned: bool,
+}
+
+/// Floor of the managed limit.
+///
+/// Container level: the managed containers' requests; if limits equal to
+/// requests would make the pod Guaranteed, one quantum more.
+/// Pod level (FACTS §4): max(pod CPU request, largest container CPU limit);
+/// if a limit equal to the request would make the pod Guaranteed (pod-level
+/// memory request == limit), strictly above: request + quantum.
+/// `extra_floor_m` (learned from refusals) raises it further.
+pub fn floor(
+    pod: &PodView,
+    shape: &ManagedShape,
+    quantum_m: Millis,
+    extra_floor_m: Option<Millis>,
+) -> Floor {
+    let mut f = Floor {
+        floor_m: 0,
+        qos_guard: false,
+        container_limit_bound: false,
+        learned: false,
+    };
+    match shape {
+        ManagedShape::Containers(managed) => {
+            let request: Millis = managed.iter().map(|c| c.request_m).sum();
+            let mut at_request = pod.containers.clone();
+            for c in at_request.iter_mut() {
+                if let Some(m) = managed.iter().find(|m| m.name == c.name) {
+                    c.resources.cpu_limit = Some(m.request_m);
+                }
+            }
+            f.floor_m = request;
+            if compute_qos(&at_request, pod.pod_resources.as_ref()) == Qos::Guaranteed {
+                f.floor_m = request + quantum_m;
+                f.qos_guard = true;
+            }
+        }
+        ManagedShape::PodLevel { request_m, .. } => {
+            let largest = pod
+                .containers
+                .iter()
+                .filter_map(|c| c.resources.cpu_limit)
+                .max()
+                .unwrap_or(0);
+            let mut pr = pod.pod_resources.unwrap_or_default();
+            pr.cpu_request = Some(*request_m);
+            pr.cpu_limit = Some(*request_m);
+            let guard = compute_qos(&pod.containers, Some(&pr)) == Qos::Guaranteed;
+            let base = if guard {
+                request_m + quantum_m
+            } else {
+                *request_m
+            };
+            f.qos_guard = guard && base >= largest;
+            f.container_limit_bound = largest > base;
+            f.floor_m = base.max(largest);
+        }
+    }
+    if let Some(extra) = extra_floor_m.filter(|e| *e > f.floor_m) {
+        f.floor_m = extra;
+        f.learned = true;
+    }
+    f
+}
+
+/// Ceiling of the managed limit: the `headroom.dev/ceiling` annotation if it
+/// parses, else request × `factor`; never above `capacity_m`; the part above
+/// the request rounded down to the quantum; never below `floor_m`.
+pub fn ceiling(
+    pod: &PodView,
+    request_m: Millis,
+    floor_m: Millis,
+    factor: f64,
+    quantum_m: Millis,
+    capacity_m: Millis,
+) -> Millis {
+    let from_annotation = pod
+        .annotation(ANN_CEILING)
+        .and_then(|v| quantity::cpu_millis(v).ok());
+    let raw = from_annotation.unwrap_or_else(|| scale(request_m, factor));
+    let capped = raw.min(capacity_m);
+    let excess = capped.saturating_sub(request_m);
+    (request_m + excess - excess % quantum_m.max(1)).max(floor_m)
+}
+
+/// `m × factor`, saturating, rounded down.
+fn scale(m: Millis, factor: f64) -> Millis {
+    let v = m as f64 * factor;
+    if v.is_finite() && v >= 0.0 {
+        // `as` saturates at u64::MAX.
+        v as Millis
+    } else {
+        m
+    }
+}

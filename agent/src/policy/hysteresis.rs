@@ -1,0 +1,231 @@
+//! From targets to patches: raises wait for a dead band and a cooldown,
+//! lowerings go out at once, and a node-wide token bucket caps the rate.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Millis;
+
+use super::bucket::TokenBucket;
+use super::config::PolicyConfig;
+use super::{Decision, Level, NodeDecision};
+
+/// What the caller remembers about a pod between rounds (keyed by uid).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PodMemory {
+    /// When the last accepted patch was sent (seconds, caller's clock).
+    pub last_patch_at_s: f64,
+    /// The total that patch set (informational: explain, drift).
+    pub last_target_m: Millis,
+}
+
+impl PodMemory {
+    /// Memory after `plan` was accepted by the apiserver at `now_s`.
+    pub fn after(plan: &PatchPlan, now_s: f64) -> Self {
+        Self {
+            last_patch_at_s: now_s,
+            last_target_m: plan.new_total_m,
+        }
+    }
+}
+
+/// What to write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchKind {
+    /// `spec.containers[name].resources.limits.cpu` (or the sidecar's), only
+    /// for containers whose limit changes.
+    ContainerLimits(Vec<(String, Millis)>),
+    /// `spec.resources.limits.cpu`.
+    PodLimit(Millis),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Raise,
+    Lower,
+}
+
+/// One resize to send.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PatchPlan {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub kind: PatchKind,
+    /// Managed total before; `None` when a limit is being adopted.
+    pub old_total_m: Option<Millis>,
+    pub new_total_m: Millis,
+    pub direction: Direction,
+    /// Human reason (Event message, log).
+    pub why: String,
+}
+
+/// Why a pod whose target differs from its limit gets no patch this round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldReason {
+    DeadBand,
+    Cooldown,
+    RateLimited,
+}
+
+impl HoldReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldReason::DeadBand => "dead_band",
+            HoldReason::Cooldown => "cooldown",
+            HoldReason::RateLimited => "rate_limited",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hold {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub reason: HoldReason,
+    pub current_m: Option<Millis>,
+    pub target_m: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct PlanOutcome {
+    /// Lowerings first (largest first), then adoptions, then raises.
+    pub patches: Vec<PatchPlan>,
+    pub held: Vec<Hold>,
+}
+
+fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
+    let p = if pct.is_finite() { pct.max(0.0) } else { 0.0 };
+    ((current as f64 * p / 100.0).ceil() as Millis).max(min_m)
+}
+
+/// Turns a round's decisions into patches.
+///
+/// Raise (target above current): only if the step is at least the dead band
+/// (`max(pct of current, m)`) or reaches the ceiling, and the pod's last
+/// patch is at least `raise_cooldown_s` old; a limit below the floor is
+/// raised at once. Lower: at once when the limit is above the ceiling, the
+/// node is under pressure, the target is the floor, or the step is at least
+/// the lowering dead band. Every patch takes a token from `bucket`; the
+/// rest are held as `RateLimited` and come back next round.
+pub fn plan(
+    node: &NodeDecision,
+    decisions: &[Decision],
+    memory: &HashMap<String, PodMemory>,
+    now_s: f64,
+    bucket: &mut TokenBucket,
+    cfg: &PolicyConfig,
+) -> PlanOutcome {
+    let mut out = PlanOutcome::default();
+    // (priority class, magnitude, decision, direction, why)
+    let mut wanted: Vec<(u8, Millis, &Decision, Direction, String)> = Vec::new();
+    for d in decisions.iter().filter(|d| d.managed) {
+        let (Some(target), Some(floor), Some(ceiling)) = (d.target_m, d.floor_m(), d.ceiling_m)
+        else {
+            continue;
+        };
+        let hold = |reason| Hold {
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+            uid: d.uid.clone(),
+            reason,
+            current_m: d.current_limit_m,
+            target_m: target,
+        };
+        let Some(cur) = d.current_limit_m else {
+            let why = format!("adopt: add CPU limit {target}m (one-way: limits cannot be removed)");
+            wanted.push((1, target, d, Direction::Lower, why));
+            continue;
+        };
+        if target > cur {
+            let cooling = memory
+                .get(&d.uid)
+                .is_some_and(|m| now_s - m.last_patch_at_s < cfg.raise_cooldown_s);
+            let step = target - cur;
+            if cur < floor {
+                let why = format!("raise {cur}m→{target}m: below floor {floor}m");
+                wanted.push((2, step, d, Direction::Raise, why));
+            } else if target < ceiling
+                && step < band(cur, cfg.raise_dead_band_pct, cfg.raise_dead_band_m)
+            {
+                out.held.push(hold(HoldReason::DeadBand));
+            } else if cooling {
+                out.held.push(hold(HoldReason::Cooldown));
+            } else {
+                let why = format!(
+                    "raise {cur}m→{target}m: slack {}m, share {}m, ceiling {ceiling}m",
+                    node.slack_m, d.share_m
+                );
+                wanted.push((2, step, d, Direction::Raise, why));
+            }
+        } else if target < cur {
+            let step = cur - target;
+            let cause = if cur > ceiling {
+                Some("above ceiling")
+            } else if node.under_pressure() {
+                Some("cpu pressure")
+            } else if target == floor {
+                Some("no slack left: at floor")
+            } else if step >= band(cur, cfg.lower_dead_band_pct, cfg.lower_dead_band_m) {
+                Some("slack shrank")
+            } else {
+                None
+            };
+            match cause {
+                Some(c) => {
+                    let why = format!(
+                        "lower {cur}m→{target}m: {c} (slack {}m, damping {:.2})",
+                        node.slack_m, node.damping_factor
+                    );
+                    wanted.push((0, step, d, Direction::Lower, why));
+                }
+                None => out.held.push(hold(HoldReason::DeadBand)),
+            }
+        }
+    }
+    wanted.sort_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then(b.1.cmp(&a.1))
+            .then_with(|| a.2.uid.cmp(&b.2.uid))
+    });
+    for (_, _, d, direction, why) in wanted {
+        let Some(target) = d.target_m else { continue };
+        if !bucket.try_take(now_s) {
+            out.held.push(Hold {
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                uid: d.uid.clone(),
+                reason: HoldReason::RateLimited,
+                current_m: d.current_limit_m,
+                target_m: target,
+            });
+            continue;
+        }
+        let kind = match d.level {
+            Some(Level::Pod) => PatchKind::PodLimit(target),
+            _ => PatchKind::ContainerLimits(
+                d.containers
+                    .iter()
+                    .filter(|c| c.current_limit_m != Some(c.target_m))
+                    .map(|c| (c.name.clone(), c.target_m))
+                    .collect(),
+            ),
+        };
+        out.patches.push(PatchPlan {
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+            uid: d.uid.clone(),
+            kind,
+            old_total_m: d.current_limit_m,
+            new_total_m: target,
+            direction,
+            why,
+        });
+    }
+    out
+}

@@ -1,0 +1,318 @@
+//! The policy: pure functions from pods, samples and config to CPU limit
+//! targets and patch plans. No I/O, no clock (time comes in as seconds).
+//!
+//! Public API (all plain data):
+//!
+//! ```text
+//! decide(&NodeInputs, &[PodInput], &PolicyConfig) -> (NodeDecision, Vec<Decision>)
+//! plan(&NodeDecision, &[Decision], &HashMap<uid, PodMemory>, now_s, &mut TokenBucket, &PolicyConfig)
+//!     -> PlanOutcome { patches: Vec<PatchPlan>, held: Vec<Hold> }
+//! PodMemory::after(&PatchPlan, now_s)   // caller records a patch the apiserver accepted
+//! eligibility(&PodView, &EligibilityCtx) -> Result<ManagedShape, Unmanaged>
+//! TokenBucket::new(rate_per_s, burst).try_take(now_s) -> bool
+//! ```
+//!
+//! Round: capacity `C`, kubepods usage `K`, managed pods' usage `u_i` and
+//! whole-pod requests `r_i` give the real slack
+//! `S = C − reserve − (K − Σu_i) − Σ min(u_i, r_i)`, damped toward 0 by CPU
+//! pressure that the managed pods' own throttling does not explain. `S` is
+//! water-filled over managed pods by request, each between its floor and
+//! ceiling, in whole quanta (`target = request + k·quantum`, floors
+//! excepted). Container-level pods split their target over managed
+//! containers by request. [`plan`] turns targets into patches: raises past a
+//! dead band and after a cooldown, lowerings at once, all under a node-wide
+//! token bucket.
+
+pub mod bucket;
+pub mod config;
+pub mod eligibility;
+pub mod floors;
+pub mod hysteresis;
+pub mod slack;
+pub mod split;
+pub mod waterfill;
+
+#[cfg(test)]
+mod tests;
+
+use serde::Serialize;
+
+use crate::model::{Millis, PodView};
+
+pub use bucket::TokenBucket;
+pub use config::{ConfigError, PolicyConfig};
+pub use eligibility::{EligibilityCtx, ManagedContainer, ManagedShape, Unmanaged, eligibility};
+pub use floors::Floor;
+pub use hysteresis::{
+    Direction, Hold, HoldReason, PatchKind, PatchPlan, PlanOutcome, PodMemory, plan,
+};
+
+/// Node-wide inputs of one round.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeInputs<'a> {
+    pub node_name: &'a str,
+    /// Capacity for pods `C` (min of kubepods `cpu.max`, allocatable, online CPUs).
+    pub capacity_m: Millis,
+    /// kubepods CPU usage over the last interval.
+    pub kubepods_usage_m: Millis,
+    /// kubepods `cpu.pressure` some avg10, percent.
+    pub pressure_some_avg10: f64,
+    /// Cluster admits resizes of pods with pod-level resources; `None` = not probed.
+    pub pod_level_resize_supported: Option<bool>,
+}
+
+/// One pod of the node with its samples.
+#[derive(Debug, Clone, Copy)]
+pub struct PodInput<'a> {
+    pub pod: &'a PodView,
+    /// The namespace has the label `headroom.dev/managed=true`.
+    pub namespace_opted_in: bool,
+    /// Pod cgroup CPU usage over the last interval.
+    pub usage_m: Millis,
+    /// Throttled fraction of CFS periods of the pod cgroup (0..1).
+    pub throttled_ratio: f64,
+    /// Floor learned from an apiserver refusal, if any.
+    pub extra_floor_m: Option<Millis>,
+}
+
+/// What Headroom patches for a managed pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    /// Container CPU limits.
+    Containers,
+    /// `spec.resources.limits.cpu`.
+    Pod,
+}
+
+/// Per-container part of a container-level decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ContainerDecision {
+    pub name: String,
+    pub request_m: Millis,
+    /// `None`: unlimited (adoption).
+    pub current_limit_m: Option<Millis>,
+    pub target_m: Millis,
+}
+
+/// The policy's view of one pod (for `explain`, metrics and [`plan`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub managed: bool,
+    /// Why the pod is left alone (`None` when managed).
+    pub reason: Option<Unmanaged>,
+    /// How it is managed (`None` when unmanaged).
+    pub level: Option<Level>,
+    /// Request the managed limit is measured against (managed containers'
+    /// requests, or the pod-level request); for unmanaged pods the pod's
+    /// whole CPU request.
+    pub request_m: Millis,
+    pub usage_m: Millis,
+    pub floor: Option<Floor>,
+    pub ceiling_m: Option<Millis>,
+    /// Current managed limit; `None` when unlimited (or unmanaged).
+    pub current_limit_m: Option<Millis>,
+    /// `target − request`: this pod's share of the slack.
+    pub share_m: Millis,
+    pub target_m: Option<Millis>,
+    /// Container split (container-level pods only).
+    pub containers: Vec<ContainerDecision>,
+}
+
+impl Decision {
+    /// Floor value, if managed.
+    pub fn floor_m(&self) -> Option<Millis> {
+        self.floor.map(|f| f.floor_m)
+    }
+}
+
+/// The node's slack figures of one round.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeDecision {
+    pub capacity_m: Millis,
+    pub reserve_m: Millis,
+    /// kubepods usage.
+    pub usage_m: Millis,
+    /// Usage not from managed pods.
+    pub other_usage_m: Millis,
+    /// Σ min(u_i, r_i) over managed pods.
+    pub managed_within_request_m: Millis,
+    /// Slack before damping (may be negative).
+    pub raw_slack_m: i64,
+    pub pressure_some_avg10: f64,
+    pub pressure_explained_by_throttling: bool,
+    pub damping_factor: f64,
+    /// Slack handed out: `max(raw, 0) × damping`.
+    pub slack_m: Millis,
+    pub managed_pods: usize,
+    /// Σ(target − request) over managed pods.
+    pub allocated_m: Millis,
+}
+
+impl NodeDecision {
+    /// Pressure is shrinking the slack: lowerings skip their dead band.
+    pub fn under_pressure(&self) -> bool {
+        self.damping_factor < 1.0
+    }
+}
+
+struct Managed {
+    index: usize,
+    shape: ManagedShape,
+    floor: Floor,
+    ceiling_m: Millis,
+}
+
+/// One decision round over the pods of this node. Decisions come back in
+/// the order of `pods`. Ties in the water-filling go to the smaller uid, so
+/// the result does not depend on the order of `pods`.
+pub fn decide(
+    node: &NodeInputs<'_>,
+    pods: &[PodInput<'_>],
+    cfg: &PolicyConfig,
+) -> (NodeDecision, Vec<Decision>) {
+    let q = cfg.quantum_m.max(1);
+    let mut decisions = Vec::with_capacity(pods.len());
+    let mut managed = Vec::new();
+    for (index, p) in pods.iter().enumerate() {
+        let ctx = EligibilityCtx {
+            node_name: node.node_name,
+            namespace_opted_in: p.namespace_opted_in,
+            pod_level_resize_supported: node.pod_level_resize_supported,
+        };
+        let pod = p.pod;
+        let mut d = Decision {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            managed: false,
+            reason: None,
+            level: None,
+            request_m: pod.cpu_request(),
+            usage_m: p.usage_m,
+            floor: None,
+            ceiling_m: None,
+            current_limit_m: None,
+            share_m: 0,
+            target_m: None,
+            containers: Vec::new(),
+        };
+        match eligibility(pod, &ctx) {
+            Err(why) => d.reason = Some(why),
+            Ok(shape) => {
+                let request = shape.request_m();
+                let floor = floors::floor(pod, &shape, q, p.extra_floor_m);
+                let ceiling_m = floors::ceiling(
+                    pod,
+                    request,
+                    floor.floor_m,
+                    cfg.ceiling_factor,
+                    q,
+                    node.capacity_m,
+                );
+                d.managed = true;
+                d.level = Some(match shape {
+                    ManagedShape::Containers(_) => Level::Containers,
+                    ManagedShape::PodLevel { .. } => Level::Pod,
+                });
+                d.request_m = request;
+                d.floor = Some(floor);
+                d.ceiling_m = Some(ceiling_m);
+                d.current_limit_m = shape.current_limit_m();
+                managed.push(Managed {
+                    index,
+                    shape,
+                    floor,
+                    ceiling_m,
+                });
+            }
+        }
+        decisions.push(d);
+    }
+
+    let usages: Vec<slack::ManagedUsage> = managed
+        .iter()
+        .map(|m| {
+            let p = &pods[m.index];
+            slack::ManagedUsage {
+                usage_m: p.usage_m,
+                request_m: p.pod.cpu_request(),
+                throttled_ratio: p.throttled_ratio,
+            }
+        })
+        .collect();
+    let raw = slack::raw_slack(
+        node.capacity_m,
+        cfg.reserve_m,
+        node.kubepods_usage_m,
+        &usages,
+    );
+    let damping = slack::damping(
+        node.pressure_some_avg10,
+        node.capacity_m,
+        node.kubepods_usage_m,
+        &usages,
+        cfg,
+    );
+    let slack_m = slack::damped(raw.raw_slack_m, damping.factor);
+
+    // Fill in uid order so ties do not depend on the caller's order.
+    let mut order: Vec<usize> = (0..managed.len()).collect();
+    order.sort_by(|&a, &b| {
+        pods[managed[a].index]
+            .pod
+            .uid
+            .cmp(&pods[managed[b].index].pod.uid)
+    });
+    let items: Vec<waterfill::FillItem> = order
+        .iter()
+        .map(|&k| waterfill::FillItem {
+            request_m: decisions[managed[k].index].request_m,
+            floor_m: managed[k].floor.floor_m,
+            ceiling_m: managed[k].ceiling_m,
+        })
+        .collect();
+    let targets = waterfill::fill(&items, slack_m, q);
+
+    let mut allocated: Millis = 0;
+    for (&k, target) in order.iter().zip(targets) {
+        let m = &managed[k];
+        let d = &mut decisions[m.index];
+        d.target_m = Some(target);
+        d.share_m = target.saturating_sub(d.request_m);
+        allocated = allocated.saturating_add(d.share_m);
+        if let ManagedShape::Containers(cs) = &m.shape {
+            let requests: Vec<Millis> = cs.iter().map(|c| c.request_m).collect();
+            let parts = split::split(target, &requests, q);
+            d.containers = cs
+                .iter()
+                .zip(parts)
+                .map(|(c, t)| ContainerDecision {
+                    name: c.name.clone(),
+                    request_m: c.request_m,
+                    current_limit_m: c.limit_m,
+                    target_m: t,
+                })
+                .collect();
+        }
+    }
+
+    let node_decision = NodeDecision {
+        capacity_m: node.capacity_m,
+        reserve_m: cfg.reserve_m,
+        usage_m: node.kubepods_usage_m,
+        other_usage_m: raw.other_usage_m,
+        managed_within_request_m: raw.managed_within_request_m,
+        raw_slack_m: raw.raw_slack_m,
+        pressure_some_avg10: node.pressure_some_avg10,
+        pressure_explained_by_throttling: damping.explained_by_throttling,
+        damping_factor: damping.factor,
+        slack_m,
+        managed_pods: managed.len(),
+        allocated_m: allocated,
+    };
+    (node_decision, decisions)
+}

@@ -1,0 +1,991 @@
+//! Tests across the policy: eligibility reasons, FACTS §4 floors, decide,
+//! plan, and the property tests of the issue.
+
+use std::collections::{BTreeMap, HashMap};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::model::{
+    ANN_ADOPT, ANN_CEILING, ANN_MANAGED, ContainerKind, ContainerSpec, Millis, PodView, Qos,
+    ResizePolicy, ResizeState, Resources, compute_qos,
+};
+
+const NODE: &str = "node-a";
+const MI: u64 = 1 << 20;
+
+fn res(
+    cpu_req: Option<Millis>,
+    cpu_lim: Option<Millis>,
+    mem_req: Option<u64>,
+    mem_lim: Option<u64>,
+) -> Resources {
+    Resources {
+        cpu_request: cpu_req,
+        cpu_limit: cpu_lim,
+        mem_request: mem_req,
+        mem_limit: mem_lim,
+    }
+}
+
+fn container(name: &str, r: Resources) -> ContainerSpec {
+    ContainerSpec {
+        name: name.into(),
+        kind: ContainerKind::App,
+        resources: r,
+        cpu_resize_policy: ResizePolicy::NotRequired,
+    }
+}
+
+/// A Running, opted-in pod on NODE with the given containers.
+fn pod(name: &str, containers: Vec<ContainerSpec>) -> PodView {
+    let mut p = PodView {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        node_name: Some(NODE.into()),
+        generation: 1,
+        resource_version: None,
+        phase: Some("Running".into()),
+        terminating: false,
+        static_pod: false,
+        windows: false,
+        qos: Qos::Burstable,
+        containers,
+        pod_resources: None,
+        overhead_cpu: None,
+        statuses: vec![],
+        resize: ResizeState::default(),
+        annotations: BTreeMap::from([(ANN_MANAGED.to_string(), "true".to_string())]),
+    };
+    p.qos = compute_qos(&p.containers, p.pod_resources.as_ref());
+    p
+}
+
+/// One container with cpu req/limit and memory 64Mi/128Mi (Burstable).
+fn simple(name: &str, req: Millis, lim: Option<Millis>) -> PodView {
+    pod(
+        name,
+        vec![container(
+            "c",
+            res(Some(req), lim, Some(64 * MI), Some(128 * MI)),
+        )],
+    )
+}
+
+fn with_pod_level(mut p: PodView, r: Resources) -> PodView {
+    p.pod_resources = Some(r);
+    p.qos = compute_qos(&p.containers, p.pod_resources.as_ref());
+    p
+}
+
+fn ctx(supported: Option<bool>) -> EligibilityCtx<'static> {
+    EligibilityCtx {
+        node_name: NODE,
+        namespace_opted_in: false,
+        pod_level_resize_supported: supported,
+    }
+}
+
+fn why(p: &PodView) -> Option<Unmanaged> {
+    eligibility(p, &ctx(Some(true))).err()
+}
+
+// ---------------------------------------------------------------- eligibility
+
+#[test]
+fn reason_names_are_unique_snake_case() {
+    let mut seen = std::collections::HashSet::new();
+    for r in Unmanaged::ALL {
+        let s = r.reason();
+        assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s}");
+        assert!(seen.insert(s), "duplicate {s}");
+        assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{s}\""));
+    }
+}
+
+#[test]
+fn managed_container_pod_is_eligible() {
+    let p = simple("a", 100, Some(500));
+    let shape = eligibility(&p, &ctx(None)).unwrap();
+    assert_eq!(shape.request_m(), 100);
+    assert_eq!(shape.current_limit_m(), Some(500));
+}
+
+#[test]
+fn unmanaged_other_node() {
+    let mut p = simple("a", 100, Some(500));
+    p.node_name = Some("node-b".into());
+    assert_eq!(why(&p), Some(Unmanaged::OtherNode));
+    p.node_name = None;
+    assert_eq!(why(&p), Some(Unmanaged::OtherNode));
+}
+
+#[test]
+fn unmanaged_not_opted_in_and_namespace_label_opts_in() {
+    let mut p = simple("a", 100, Some(500));
+    p.annotations.clear();
+    assert_eq!(why(&p), Some(Unmanaged::NotOptedIn));
+    let ns = EligibilityCtx {
+        namespace_opted_in: true,
+        ..ctx(None)
+    };
+    assert!(eligibility(&p, &ns).is_ok());
+}
+
+#[test]
+fn unmanaged_opted_out_wins_over_namespace() {
+    let mut p = simple("a", 100, Some(500));
+    p.annotations.insert(ANN_MANAGED.into(), "false".into());
+    let ns = EligibilityCtx {
+        namespace_opted_in: true,
+        ..ctx(None)
+    };
+    assert_eq!(eligibility(&p, &ns).err(), Some(Unmanaged::OptedOut));
+}
+
+#[test]
+fn unmanaged_not_running() {
+    let mut p = simple("a", 100, Some(500));
+    p.phase = Some("Pending".into());
+    assert_eq!(why(&p), Some(Unmanaged::NotRunning));
+}
+
+#[test]
+fn unmanaged_terminating() {
+    let mut p = simple("a", 100, Some(500));
+    p.terminating = true;
+    assert_eq!(why(&p), Some(Unmanaged::Terminating));
+}
+
+#[test]
+fn unmanaged_static_pod() {
+    let mut p = simple("a", 100, Some(500));
+    p.static_pod = true;
+    assert_eq!(why(&p), Some(Unmanaged::StaticPod));
+}
+
+#[test]
+fn unmanaged_windows() {
+    let mut p = simple("a", 100, Some(500));
+    p.windows = true;
+    assert_eq!(why(&p), Some(Unmanaged::Windows));
+}
+
+#[test]
+fn unmanaged_guaranteed() {
+    let p = pod(
+        "g",
+        vec![container(
+            "c",
+            res(Some(500), Some(500), Some(MI), Some(MI)),
+        )],
+    );
+    assert_eq!(p.qos, Qos::Guaranteed);
+    assert_eq!(why(&p), Some(Unmanaged::Guaranteed));
+}
+
+#[test]
+fn unmanaged_best_effort() {
+    let p = pod("be", vec![container("c", Resources::default())]);
+    assert_eq!(p.qos, Qos::BestEffort);
+    assert_eq!(why(&p), Some(Unmanaged::BestEffort));
+}
+
+#[test]
+fn unmanaged_resize_pending() {
+    let mut p = simple("a", 100, Some(500));
+    p.resize.pending = Some("Infeasible".into());
+    assert_eq!(why(&p), Some(Unmanaged::ResizePending));
+}
+
+#[test]
+fn unmanaged_resize_in_progress() {
+    let mut p = simple("a", 100, Some(500));
+    p.resize.in_progress = Some(String::new());
+    assert_eq!(why(&p), Some(Unmanaged::ResizeInProgress));
+}
+
+#[test]
+fn unmanaged_resize_unobserved() {
+    let mut p = simple("a", 100, Some(500));
+    p.generation = 3;
+    p.resize.observed_generation = Some(2);
+    assert_eq!(why(&p), Some(Unmanaged::ResizeUnobserved));
+    p.resize.observed_generation = Some(3);
+    assert_eq!(why(&p), None);
+}
+
+#[test]
+fn unmanaged_no_cpu_limit_without_adoption() {
+    let p = simple("a", 100, None);
+    assert_eq!(why(&p), Some(Unmanaged::NoCpuLimit));
+}
+
+#[test]
+fn adoption_manages_unlimited_containers_with_a_request() {
+    let mut p = pod(
+        "a",
+        vec![
+            container("with", res(Some(100), None, None, None)),
+            container("without", Resources::default()),
+        ],
+    );
+    p.annotations.insert(ANN_ADOPT.into(), "true".into());
+    match eligibility(&p, &ctx(None)).unwrap() {
+        ManagedShape::Containers(cs) => {
+            assert_eq!(cs.len(), 1);
+            assert_eq!(cs[0].name, "with");
+            assert_eq!(cs[0].limit_m, None);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unlimited_container_is_left_alone_beside_a_limited_one() {
+    let p = pod(
+        "a",
+        vec![
+            container("lim", res(Some(100), Some(300), None, None)),
+            container("free", res(Some(200), None, None, None)),
+        ],
+    );
+    match eligibility(&p, &ctx(None)).unwrap() {
+        ManagedShape::Containers(cs) => {
+            assert_eq!(
+                cs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+                ["lim"]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn unmanaged_restart_policy_when_a_resized_container_restarts() {
+    let mut p = simple("a", 100, Some(500));
+    p.containers[0].cpu_resize_policy = ResizePolicy::RestartContainer;
+    assert_eq!(why(&p), Some(Unmanaged::RestartPolicy));
+}
+
+#[test]
+fn restart_policy_on_an_untouched_container_is_fine() {
+    let mut p = pod(
+        "a",
+        vec![
+            container("lim", res(Some(100), Some(300), None, None)),
+            container("free", res(Some(200), None, None, None)),
+        ],
+    );
+    p.containers[1].cpu_resize_policy = ResizePolicy::RestartContainer;
+    assert_eq!(why(&p), None);
+}
+
+#[test]
+fn unmanaged_no_cpu_request() {
+    let p = pod(
+        "a",
+        vec![container("c", res(Some(0), Some(300), Some(MI), None))],
+    );
+    assert_eq!(why(&p), Some(Unmanaged::NoCpuRequest));
+}
+
+fn pod_level_a() -> PodView {
+    // FACTS §4 pod a: req 100m/64Mi, lim 500m/128Mi; c req 100m.
+    with_pod_level(
+        pod("a", vec![container("c", res(Some(100), None, None, None))]),
+        res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)),
+    )
+}
+
+#[test]
+fn unmanaged_pod_level_unknown_and_unsupported() {
+    let p = pod_level_a();
+    assert_eq!(
+        eligibility(&p, &ctx(None)).err(),
+        Some(Unmanaged::PodLevelUnknown)
+    );
+    assert_eq!(
+        eligibility(&p, &ctx(Some(false))).err(),
+        Some(Unmanaged::PodLevelUnsupported)
+    );
+    assert_eq!(
+        eligibility(&p, &ctx(Some(true))).unwrap(),
+        ManagedShape::PodLevel {
+            request_m: 100,
+            limit_m: Some(500)
+        }
+    );
+}
+
+#[test]
+fn unmanaged_pod_level_guaranteed() {
+    // FACTS §4 pod f: req = lim = 500m/128Mi.
+    let p = with_pod_level(
+        pod("f", vec![container("c", res(Some(100), None, None, None))]),
+        res(Some(500), Some(500), Some(128 * MI), Some(128 * MI)),
+    );
+    assert_eq!(p.qos, Qos::Guaranteed);
+    assert_eq!(why(&p), Some(Unmanaged::PodLevelGuaranteed));
+}
+
+#[test]
+fn pod_level_without_cpu_limit_needs_adoption() {
+    // FACTS §4 pod c: pod mem 64Mi/128Mi, filled-in pod CPU request 110m.
+    let mut p = with_pod_level(
+        pod("c", vec![container("c", res(Some(110), None, None, None))]),
+        res(Some(110), None, Some(64 * MI), Some(128 * MI)),
+    );
+    assert_eq!(why(&p), Some(Unmanaged::NoCpuLimit));
+    p.annotations.insert(ANN_ADOPT.into(), "true".into());
+    assert_eq!(
+        eligibility(&p, &ctx(Some(true))).unwrap(),
+        ManagedShape::PodLevel {
+            request_m: 110,
+            limit_m: None
+        }
+    );
+}
+
+#[test]
+fn pod_level_restart_policy_on_a_follower_container() {
+    let mut p = pod_level_a();
+    p.containers[0].cpu_resize_policy = ResizePolicy::RestartContainer;
+    assert_eq!(why(&p), Some(Unmanaged::RestartPolicy));
+}
+
+// -------------------------------------------------------------------- floors
+
+fn floor_of(p: &PodView, extra: Option<Millis>) -> Floor {
+    let shape = eligibility(p, &ctx(Some(true))).unwrap();
+    floors::floor(p, &shape, 10, extra)
+}
+
+#[test]
+fn floor_case_a_pod_request() {
+    let f = floor_of(&pod_level_a(), None);
+    assert_eq!(f.floor_m, 100);
+    assert!(!f.qos_guard && !f.container_limit_bound);
+}
+
+#[test]
+fn floor_case_b_largest_container_limit() {
+    // Pod b: as a, container lim 400m → 300m refused.
+    let p = with_pod_level(
+        pod(
+            "b",
+            vec![container("c", res(Some(100), Some(400), None, None))],
+        ),
+        res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)),
+    );
+    let f = floor_of(&p, None);
+    assert_eq!(f.floor_m, 400);
+    assert!(f.container_limit_bound);
+}
+
+#[test]
+fn floor_case_c_filled_in_request() {
+    // Pod c with adoption: → 100m refused (under the 110m request).
+    let mut p = with_pod_level(
+        pod("c", vec![container("c", res(Some(110), None, None, None))]),
+        res(Some(110), None, Some(64 * MI), Some(128 * MI)),
+    );
+    p.annotations.insert(ANN_ADOPT.into(), "true".into());
+    assert_eq!(floor_of(&p, None).floor_m, 110);
+}
+
+#[test]
+fn floor_case_d_container_limit_700() {
+    // Pod d after c lim → 700m: pod → 300m refused.
+    let p = with_pod_level(
+        pod(
+            "d",
+            vec![container("c", res(Some(110), Some(700), None, None))],
+        ),
+        res(Some(110), Some(800), Some(64 * MI), Some(128 * MI)),
+    );
+    assert_eq!(floor_of(&p, None).floor_m, 700);
+}
+
+#[test]
+fn floor_case_e_memory_equal_stays_strictly_above_request() {
+    // Pod e: req cpu 100m/mem 128Mi, lim cpu 500m/mem 128Mi: 100m refused, 101m ok.
+    let p = with_pod_level(
+        pod("e", vec![container("c", res(Some(100), None, None, None))]),
+        res(Some(100), Some(500), Some(128 * MI), Some(128 * MI)),
+    );
+    let f = floor_of(&p, None);
+    assert_eq!(f.floor_m, 110);
+    assert!(f.qos_guard);
+}
+
+#[test]
+fn floor_case_f_guaranteed_is_never_managed() {
+    let p = with_pod_level(
+        pod("f", vec![container("c", res(Some(100), None, None, None))]),
+        res(Some(500), Some(500), Some(128 * MI), Some(128 * MI)),
+    );
+    assert!(eligibility(&p, &ctx(Some(true))).is_err());
+}
+
+#[test]
+fn container_qos_floor_one_quantum_above_when_guaranteed_would_follow() {
+    // cpu 100m/300m, mem 64Mi/64Mi: limit = request would be Guaranteed.
+    let p = pod(
+        "q",
+        vec![container(
+            "c",
+            res(Some(100), Some(300), Some(64 * MI), Some(64 * MI)),
+        )],
+    );
+    let f = floor_of(&p, None);
+    assert_eq!(f.floor_m, 110);
+    assert!(f.qos_guard);
+    // With a memory limit above request, no guard is needed.
+    assert_eq!(floor_of(&simple("s", 100, Some(300)), None).floor_m, 100);
+}
+
+#[test]
+fn learned_floor_lifts_the_floor() {
+    let f = floor_of(&simple("s", 100, Some(300)), Some(250));
+    assert_eq!(f.floor_m, 250);
+    assert!(f.learned);
+    assert!(!floor_of(&simple("s", 100, Some(300)), Some(50)).learned);
+}
+
+#[test]
+fn ceiling_default_annotation_capacity_and_floor() {
+    let p = simple("s", 100, Some(300));
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 10, 8000), 400);
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 10, 250), 250);
+    assert_eq!(floors::ceiling(&p, 105, 105, 4.0, 10, 8000), 415);
+    let mut a = p.clone();
+    a.annotations.insert(ANN_CEILING.into(), "1.5".into());
+    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 10, 8000), 1500);
+    a.annotations.insert(ANN_CEILING.into(), "bogus".into());
+    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 10, 8000), 400);
+    a.annotations.insert(ANN_CEILING.into(), "50m".into());
+    assert_eq!(floors::ceiling(&a, 100, 110, 4.0, 10, 8000), 110);
+}
+
+// -------------------------------------------------------------------- decide
+
+fn node(capacity_m: Millis, usage_m: Millis, psi: f64) -> NodeInputs<'static> {
+    NodeInputs {
+        node_name: NODE,
+        capacity_m,
+        kubepods_usage_m: usage_m,
+        pressure_some_avg10: psi,
+        pod_level_resize_supported: Some(true),
+    }
+}
+
+fn input(p: &PodView, usage_m: Millis) -> PodInput<'_> {
+    PodInput {
+        pod: p,
+        namespace_opted_in: false,
+        usage_m,
+        throttled_ratio: 0.0,
+        extra_floor_m: None,
+    }
+}
+
+#[test]
+fn idle_node_gives_ceilings() {
+    let a = simple("a", 100, Some(200));
+    let b = simple("b", 250, Some(300));
+    let (n, ds) = decide(
+        &node(4000, 50, 0.0),
+        &[input(&a, 10), input(&b, 10)],
+        &PolicyConfig::default(),
+    );
+    assert_eq!(ds[0].target_m, Some(400));
+    assert_eq!(ds[1].target_m, Some(1000));
+    assert_eq!(n.managed_pods, 2);
+    assert_eq!(n.allocated_m, 300 + 750);
+}
+
+#[test]
+fn full_node_gives_floors() {
+    let a = simple("a", 100, Some(400));
+    let (n, ds) = decide(
+        &node(4000, 4000, 0.0),
+        &[input(&a, 50)],
+        &PolicyConfig::default(),
+    );
+    assert_eq!(n.slack_m, 0);
+    assert_eq!(ds[0].target_m, Some(100));
+    assert_eq!(ds[0].share_m, 0);
+}
+
+#[test]
+fn contention_pressure_lowers_targets() {
+    let a = simple("a", 100, Some(400));
+    let cfg = PolicyConfig::default();
+    let calm = decide(&node(4000, 3700, 0.0), &[input(&a, 50)], &cfg).1[0].target_m;
+    let hot = decide(&node(4000, 3700, 50.0), &[input(&a, 50)], &cfg);
+    assert_eq!(calm, Some(300));
+    assert_eq!(hot.0.damping_factor, 0.0);
+    assert_eq!(hot.1[0].target_m, Some(100));
+}
+
+#[test]
+fn unmanaged_pods_get_reasons_and_no_target() {
+    let g = pod(
+        "g",
+        vec![container("c", res(Some(1), Some(1), Some(1), Some(1)))],
+    );
+    let (n, ds) = decide(
+        &node(4000, 0, 0.0),
+        &[input(&g, 0)],
+        &PolicyConfig::default(),
+    );
+    assert_eq!(n.managed_pods, 0);
+    assert_eq!(ds[0].reason, Some(Unmanaged::Guaranteed));
+    assert_eq!(ds[0].target_m, None);
+}
+
+#[test]
+fn container_level_split_by_request() {
+    let p = pod(
+        "two",
+        vec![
+            container("a", res(Some(100), Some(150), None, None)),
+            container("b", res(Some(300), Some(450), None, None)),
+        ],
+    );
+    let (_, ds) = decide(
+        &node(100_000, 0, 0.0),
+        &[input(&p, 0)],
+        &PolicyConfig::default(),
+    );
+    let d = &ds[0];
+    assert_eq!(d.target_m, Some(1600));
+    let parts: Vec<(&str, Millis)> = d
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.target_m))
+        .collect();
+    assert_eq!(parts, [("a", 400), ("b", 1200)]);
+}
+
+#[test]
+fn decision_serializes_for_explain() {
+    let a = simple("a", 100, Some(200));
+    let (n, ds) = decide(
+        &node(4000, 0, 0.0),
+        &[input(&a, 0)],
+        &PolicyConfig::default(),
+    );
+    let j = serde_json::to_value((&n, &ds)).unwrap();
+    assert_eq!(j[1][0]["level"], "containers");
+    assert_eq!(j[1][0]["floor"]["floor_m"], 100);
+    assert_eq!(j[0]["slack_m"], 3900);
+}
+
+// ---------------------------------------------------------------------- plan
+
+fn decided(
+    p: &PodView,
+    capacity_m: Millis,
+    usage_m: Millis,
+    psi: f64,
+) -> (NodeDecision, Vec<Decision>) {
+    decide(
+        &node(capacity_m, usage_m, psi),
+        &[input(p, 0)],
+        &PolicyConfig::default(),
+    )
+}
+
+fn big_bucket() -> TokenBucket {
+    TokenBucket::new(1000.0, 1000)
+}
+
+#[test]
+fn raise_to_ceiling_goes_out() {
+    let p = simple("a", 100, Some(200));
+    let (n, ds) = decided(&p, 4000, 0, 0.0);
+    let out = plan(
+        &n,
+        &ds,
+        &HashMap::new(),
+        0.0,
+        &mut big_bucket(),
+        &PolicyConfig::default(),
+    );
+    assert_eq!(out.patches.len(), 1);
+    let pp = &out.patches[0];
+    assert_eq!(pp.direction, Direction::Raise);
+    assert_eq!(pp.kind, PatchKind::ContainerLimits(vec![("c".into(), 400)]));
+    assert_eq!((pp.old_total_m, pp.new_total_m), (Some(200), 400));
+}
+
+#[test]
+fn raise_inside_dead_band_is_held() {
+    // Request 1000, limit 1500; slack 1530 → target 1540: +40m < max(10%, 50m).
+    let p = simple("a", 1000, Some(1500));
+    let (n, ds) = decide(
+        &node(1000 + 1530 + 100, 1000, 0.0),
+        &[input(&p, 1000)],
+        &PolicyConfig::default(),
+    );
+    assert_eq!(ds[0].target_m, Some(2530));
+    let p2 = simple("a", 1000, Some(2490));
+    let (n2, ds2) = decide(
+        &node(1000 + 1530 + 100, 1000, 0.0),
+        &[input(&p2, 1000)],
+        &PolicyConfig::default(),
+    );
+    let out = plan(
+        &n2,
+        &ds2,
+        &HashMap::new(),
+        0.0,
+        &mut big_bucket(),
+        &PolicyConfig::default(),
+    );
+    assert!(out.patches.is_empty());
+    assert_eq!(out.held[0].reason, HoldReason::DeadBand);
+    // The same +1030m from 1500 is past the band.
+    let out = plan(
+        &n,
+        &ds,
+        &HashMap::new(),
+        0.0,
+        &mut big_bucket(),
+        &PolicyConfig::default(),
+    );
+    assert_eq!(out.patches.len(), 1);
+}
+
+#[test]
+fn raise_waits_for_cooldown_but_lowering_does_not() {
+    let cfg = PolicyConfig::default();
+    let p = simple("a", 100, Some(200));
+    let mem = HashMap::from([(
+        p.uid.clone(),
+        PodMemory {
+            last_patch_at_s: 100.0,
+            last_target_m: 200,
+        },
+    )]);
+    let (n, ds) = decided(&p, 4000, 0, 0.0);
+    let out = plan(&n, &ds, &mem, 130.0, &mut big_bucket(), &cfg);
+    assert!(out.patches.is_empty());
+    assert_eq!(out.held[0].reason, HoldReason::Cooldown);
+    let out = plan(&n, &ds, &mem, 160.0, &mut big_bucket(), &cfg);
+    assert_eq!(out.patches.len(), 1);
+    // Lowering right after a patch: node full.
+    let q = simple("a", 100, Some(400));
+    let (n, ds) = decided(&q, 4000, 4000, 0.0);
+    let out = plan(&n, &ds, &mem, 101.0, &mut big_bucket(), &cfg);
+    assert_eq!(out.patches.len(), 1);
+    assert_eq!(out.patches[0].direction, Direction::Lower);
+    assert_eq!(out.patches[0].new_total_m, 100);
+}
+
+#[test]
+fn small_lowering_is_held_unless_pressure_or_floor() {
+    let cfg = PolicyConfig::default();
+    // Limit 400, slack gives target 380: -20m inside the band.
+    let p = simple("a", 100, Some(400));
+    let (n, ds) = decide(&node(100 + 280 + 100, 100, 0.0), &[input(&p, 100)], &cfg);
+    assert_eq!(ds[0].target_m, Some(380));
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    assert_eq!(out.held[0].reason, HoldReason::DeadBand);
+    // Same with contention pressure: lower at once.
+    let (n, ds) = decide(&node(100 + 280 + 100, 100, 12.0), &[input(&p, 100)], &cfg);
+    assert!(n.under_pressure());
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    assert_eq!(out.patches[0].direction, Direction::Lower);
+    // A target at the floor goes out even inside the band.
+    let p = simple("a", 100, Some(130));
+    let (n, ds) = decided(&p, 4000, 4000, 0.0);
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    assert_eq!(out.patches[0].new_total_m, 100);
+}
+
+#[test]
+fn bucket_caps_patches_and_lowerings_go_first() {
+    let cfg = PolicyConfig::default();
+    let pods: Vec<PodView> = (0..4)
+        .map(|i| simple(&format!("p{i}"), 100, Some(if i < 2 { 200 } else { 400 })))
+        .collect();
+    let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
+    // Slack 400: each target 200 → p2, p3 lower by 200; p0, p1 unchanged.
+    let (n, ds) = decide(&node(500, 0, 0.0), &inputs, &cfg);
+    assert!(ds.iter().all(|d| d.target_m == Some(200)));
+    let mut bucket = TokenBucket::new(1.0, 1);
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut bucket, &cfg);
+    assert_eq!(out.patches.len(), 1);
+    assert_eq!(out.patches[0].direction, Direction::Lower);
+    assert_eq!(
+        out.held
+            .iter()
+            .filter(|h| h.reason == HoldReason::RateLimited)
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn adoption_adds_a_limit_once() {
+    let mut p = simple("a", 100, None);
+    p.annotations.insert(ANN_ADOPT.into(), "true".into());
+    let (n, ds) = decided(&p, 4000, 0, 0.0);
+    let out = plan(
+        &n,
+        &ds,
+        &HashMap::new(),
+        0.0,
+        &mut big_bucket(),
+        &PolicyConfig::default(),
+    );
+    assert_eq!(out.patches[0].old_total_m, None);
+    assert_eq!(
+        out.patches[0].kind,
+        PatchKind::ContainerLimits(vec![("c".into(), 400)])
+    );
+}
+
+#[test]
+fn pod_level_patches_only_the_pod_limit() {
+    let p = pod_level_a();
+    let (n, ds) = decided(&p, 8000, 0, 0.0);
+    let out = plan(
+        &n,
+        &ds,
+        &HashMap::new(),
+        0.0,
+        &mut big_bucket(),
+        &PolicyConfig::default(),
+    );
+    assert_eq!(out.patches[0].kind, PatchKind::PodLimit(400));
+    assert_eq!(out.patches[0].direction, Direction::Lower);
+}
+
+#[test]
+fn at_target_means_no_patch() {
+    let p = simple("a", 100, Some(400));
+    let (n, ds) = decided(&p, 4000, 0, 0.0);
+    let out = plan(
+        &n,
+        &ds,
+        &HashMap::new(),
+        0.0,
+        &mut big_bucket(),
+        &PolicyConfig::default(),
+    );
+    assert_eq!(out, PlanOutcome::default());
+}
+
+// ---------------------------------------------------------------- properties
+
+fn arb_container(i: usize) -> impl Strategy<Value = ContainerSpec> {
+    (
+        1u64..3000,
+        proptest::option::weighted(0.8, 0u64..3000),
+        proptest::option::of(1u64..4),
+        0u64..3,
+        any::<bool>(),
+    )
+        .prop_map(move |(req, extra, mem_req, mem_extra, restart)| {
+            let mem_req = mem_req.map(|m| m * MI);
+            let mut c = container(
+                &format!("c{i}"),
+                res(
+                    Some(req),
+                    extra.map(|e| req + e),
+                    mem_req,
+                    mem_req.map(|m| m + mem_extra * MI),
+                ),
+            );
+            if restart && extra.is_none() {
+                c.cpu_resize_policy = ResizePolicy::RestartContainer;
+            }
+            c
+        })
+}
+
+fn arb_pod(i: usize) -> impl Strategy<Value = PodView> {
+    (
+        proptest::collection::vec(0usize..3, 1..4),
+        any::<bool>(),
+        proptest::option::weighted(0.3, (1u64..2000, 0u64..3000, 1u64..4, 0u64..3)),
+        proptest::option::weighted(0.2, 1u64..10_000),
+    )
+        .prop_flat_map(move |(cs, adopt, pl, ceiling)| {
+            let n = cs.len();
+            (
+                (0..n).map(arb_container).collect::<Vec<_>>(),
+                Just((adopt, pl, ceiling)),
+            )
+        })
+        .prop_map(move |(containers, (adopt, pl, ceiling))| {
+            let mut p = pod(&format!("p{i}"), containers);
+            if adopt {
+                p.annotations.insert(ANN_ADOPT.into(), "true".into());
+            }
+            if let Some(c) = ceiling {
+                p.annotations.insert(ANN_CEILING.into(), format!("{c}m"));
+            }
+            if let Some((req, extra, mem, mem_extra)) = pl {
+                let largest = p
+                    .containers
+                    .iter()
+                    .filter_map(|c| c.resources.cpu_limit)
+                    .max()
+                    .unwrap_or(0);
+                p = with_pod_level(
+                    p,
+                    res(
+                        Some(req),
+                        Some((req + extra).max(largest)),
+                        Some(mem * MI),
+                        Some((mem + mem_extra) * MI),
+                    ),
+                );
+            }
+            p
+        })
+}
+
+fn arb_pods() -> impl Strategy<Value = Vec<PodView>> {
+    (1usize..8).prop_flat_map(|n| (0..n).map(arb_pod).collect::<Vec<_>>())
+}
+
+fn run(
+    pods: &[PodView],
+    capacity_m: Millis,
+    usage_m: Millis,
+    psi: f64,
+    reserve_m: Millis,
+) -> (NodeDecision, Vec<Decision>) {
+    let cfg = PolicyConfig {
+        reserve_m,
+        ..Default::default()
+    };
+    let inputs: Vec<PodInput> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| PodInput {
+            pod: p,
+            namespace_opted_in: false,
+            usage_m: (i as Millis * 37) % 500,
+            throttled_ratio: 0.0,
+            extra_floor_m: None,
+        })
+        .collect();
+    decide(&node(capacity_m, usage_m, psi), &inputs, &cfg)
+}
+
+/// Applies a plan to a copy of the pod, as the apiserver would.
+fn apply(p: &PodView, pp: &PatchPlan) -> PodView {
+    let mut p = p.clone();
+    match &pp.kind {
+        PatchKind::PodLimit(m) => {
+            if let Some(r) = p.pod_resources.as_mut() {
+                r.cpu_limit = Some(*m);
+            }
+        }
+        PatchKind::ContainerLimits(cs) => {
+            for (name, m) in cs {
+                if let Some(c) = p.containers.iter_mut().find(|c| &c.name == name) {
+                    c.resources.cpu_limit = Some(*m);
+                }
+            }
+        }
+    }
+    p
+}
+
+proptest! {
+    #[test]
+    fn allocation_never_exceeds_slack(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
+        let (n, ds) = run(&pods, cap, usage, psi, 100);
+        let floors_excess: Millis = ds.iter().filter_map(|d| d.floor_m().map(|f| f - d.request_m)).sum();
+        let allocated: Millis = ds.iter().filter_map(|d| d.target_m.map(|t| t - d.request_m)).sum();
+        prop_assert!(allocated <= n.slack_m.max(floors_excess), "allocated {} slack {} floors {}", allocated, n.slack_m, floors_excess);
+        prop_assert_eq!(allocated, n.allocated_m);
+    }
+
+    #[test]
+    fn targets_lie_within_floor_and_ceiling(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000) {
+        let (_, ds) = run(&pods, cap, usage, 0.0, 100);
+        for d in ds.iter().filter(|d| d.managed) {
+            let (t, f, c) = (d.target_m.unwrap(), d.floor_m().unwrap(), d.ceiling_m.unwrap());
+            prop_assert!(f >= d.request_m);
+            prop_assert!(f <= t && t <= c, "{} <= {} <= {}", f, t, c);
+            if d.level == Some(Level::Containers) {
+                prop_assert_eq!(d.containers.iter().map(|c| c.target_m).sum::<Millis>(), t);
+                for c in &d.containers {
+                    prop_assert!(c.target_m >= c.request_m);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn targets_never_fall_when_slack_rises(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, r1 in 0u64..5_000, r2 in 0u64..5_000) {
+        let (lo_reserve, hi_reserve) = (r1.min(r2), r1.max(r2));
+        let (n_more, more) = run(&pods, cap, usage, 0.0, lo_reserve);
+        let (n_less, less) = run(&pods, cap, usage, 0.0, hi_reserve);
+        prop_assert!(n_more.slack_m >= n_less.slack_m);
+        for (a, b) in more.iter().zip(&less) {
+            prop_assert!(a.target_m >= b.target_m, "{:?} < {:?}", a.target_m, b.target_m);
+        }
+    }
+
+    #[test]
+    fn plans_never_change_qos_or_break_apiserver_rules(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
+        let (n, ds) = run(&pods, cap, usage, psi, 100);
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &PolicyConfig::default());
+        for pp in &out.patches {
+            let before = pods.iter().find(|p| p.uid == pp.uid).unwrap();
+            let after = apply(before, pp);
+            prop_assert_eq!(
+                compute_qos(&before.containers, before.pod_resources.as_ref()),
+                compute_qos(&after.containers, after.pod_resources.as_ref())
+            );
+            for c in &after.containers {
+                if let Some(l) = c.resources.cpu_limit {
+                    prop_assert!(l >= c.resources.cpu_request.unwrap_or(0));
+                }
+            }
+            if let Some(pr) = after.pod_resources {
+                if let Some(l) = pr.cpu_limit {
+                    prop_assert!(l >= pr.cpu_request.unwrap_or(0));
+                    let largest = after.containers.iter().filter_map(|c| c.resources.cpu_limit).max().unwrap_or(0);
+                    prop_assert!(l >= largest);
+                }
+            }
+            // Containers with RestartContainer are never in a patch.
+            if let PatchKind::ContainerLimits(cs) = &pp.kind {
+                for (name, _) in cs {
+                    let c = before.containers.iter().find(|c| &c.name == name).unwrap();
+                    prop_assert_eq!(c.cpu_resize_policy, ResizePolicy::NotRequired);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decide_does_not_depend_on_pod_order(pods in arb_pods(), cap in 0u64..20_000) {
+        let (_, fwd) = run(&pods, cap, 0, 0.0, 100);
+        let mut rev_pods = pods.clone();
+        rev_pods.reverse();
+        // Usage depends on the index in `run`; give both the same by zero usage.
+        let cfg = PolicyConfig::default();
+        let inputs = |ps: &[PodView]| -> (NodeDecision, Vec<Decision>) {
+            let v: Vec<PodInput> = ps.iter().map(|p| input(p, 0)).collect();
+            decide(&node(cap, 0, 0.0), &v, &cfg)
+        };
+        let (_, a) = inputs(&pods);
+        let (_, mut b) = inputs(&rev_pods);
+        b.reverse();
+        prop_assert_eq!(a, b);
+        prop_assert_eq!(fwd.len(), pods.len());
+    }
+}

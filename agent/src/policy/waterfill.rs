@@ -1,0 +1,184 @@
+//! Water-filling of the slack over managed pods, weight = CPU request, in
+//! whole quanta, exact integer arithmetic.
+//!
+//! Each pod climbs from its floor in steps to `request + k·quantum`; step k
+//! of pod i opens at water level `λ = k·quantum / request_i` (share per
+//! millicore of request). Steps are taken in one global order — by λ, then
+//! by index — as long as the budget covers them; the first step that does
+//! not fit ends the round. Since the order does not depend on the budget, a
+//! larger budget takes a longer prefix of the same sequence: targets are
+//! monotonic in slack. The floors' excess over requests is paid first.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use crate::model::Millis;
+
+/// One pod to fill. Needs `request_m > 0` and `request_m ≤ floor_m ≤ ceiling_m`
+/// (violations are repaired: floor lifted to the request, ceiling to the floor).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FillItem {
+    pub request_m: Millis,
+    pub floor_m: Millis,
+    pub ceiling_m: Millis,
+}
+
+/// Targets per item, each in `[floor, ceiling]`, with
+/// `Σ(target − request) ≤ max(budget, Σ(floor − request))`, and less than
+/// one quantum left unused when no ceiling is hit.
+pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Millis> {
+    let q = quantum_m.max(1);
+    let norm: Vec<FillItem> = items
+        .iter()
+        .map(|it| {
+            let request_m = it.request_m.max(1);
+            let floor_m = it.floor_m.max(request_m);
+            FillItem {
+                request_m,
+                floor_m,
+                ceiling_m: it.ceiling_m.max(floor_m),
+            }
+        })
+        .collect();
+    let mut targets: Vec<Millis> = norm.iter().map(|it| it.floor_m).collect();
+    let floors_excess: u128 = norm
+        .iter()
+        .map(|it| u128::from(it.floor_m - it.request_m))
+        .sum();
+    let Some(mut left) = u128::from(budget_m).checked_sub(floors_excess) else {
+        return targets;
+    };
+    // Everyone fits up to the ceiling: skip the stepping.
+    let room: u128 = norm
+        .iter()
+        .map(|it| u128::from(it.ceiling_m - it.floor_m))
+        .sum();
+    if room <= left {
+        return norm.iter().map(|it| it.ceiling_m).collect();
+    }
+    let mut heap = BinaryHeap::with_capacity(norm.len());
+    for (i, it) in norm.iter().enumerate() {
+        if let Some(s) = next_step(it, it.floor_m, q, i) {
+            heap.push(Reverse(s));
+        }
+    }
+    while let Some(Reverse(s)) = heap.pop() {
+        let it = &norm[s.index];
+        let cost = u128::from(s.value - targets[s.index]);
+        if cost > left {
+            break;
+        }
+        left -= cost;
+        targets[s.index] = s.value;
+        if let Some(n) = next_step(it, s.value, q, s.index) {
+            heap.push(Reverse(n));
+        }
+    }
+    targets
+}
+
+/// The next step above `current` (a value `request + k·q`, at most ceiling).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Step {
+    /// k·q: excess over the request at this step (λ numerator).
+    excess: u128,
+    /// request (λ denominator).
+    weight: u128,
+    index: usize,
+    value: Millis,
+}
+
+fn next_step(it: &FillItem, current: Millis, q: Millis, index: usize) -> Option<Step> {
+    let k = (current - it.request_m) / q + 1;
+    let excess = k.checked_mul(q)?;
+    let value = it.request_m.checked_add(excess)?;
+    (value <= it.ceiling_m).then_some(Step {
+        excess: u128::from(excess),
+        weight: u128::from(it.request_m),
+        index,
+        value,
+    })
+}
+
+impl Ord for Step {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // excess/weight vs other.excess/other.weight without division; the
+        // operands are < 2^64, so the products fit in u128.
+        (self.excess * other.weight)
+            .cmp(&(other.excess * self.weight))
+            .then(self.index.cmp(&other.index))
+    }
+}
+
+impl PartialOrd for Step {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn it(request_m: Millis, floor_m: Millis, ceiling_m: Millis) -> FillItem {
+        FillItem {
+            request_m,
+            floor_m,
+            ceiling_m,
+        }
+    }
+
+    #[test]
+    fn shares_are_proportional_to_requests() {
+        let t = fill(&[it(100, 100, 1000), it(300, 300, 3000)], 400, 10);
+        assert_eq!(t, vec![200, 600]);
+    }
+
+    #[test]
+    fn ceilings_cap_and_the_rest_flows_to_others() {
+        let t = fill(&[it(100, 100, 150), it(100, 100, 1000)], 400, 10);
+        assert_eq!(t, vec![150, 450]);
+    }
+
+    #[test]
+    fn idle_node_reaches_all_ceilings() {
+        let t = fill(&[it(100, 100, 400), it(250, 250, 1000)], 100_000, 10);
+        assert_eq!(t, vec![400, 1000]);
+    }
+
+    #[test]
+    fn zero_budget_gives_floors() {
+        let t = fill(&[it(100, 110, 400), it(250, 250, 1000)], 0, 10);
+        assert_eq!(t, vec![110, 250]);
+    }
+
+    #[test]
+    fn floor_excess_is_paid_from_the_budget_first() {
+        // Floor 500 on a 100m request costs 400 of the 450 budget; the other
+        // pod gets the remaining 50.
+        let t = fill(&[it(100, 500, 1000), it(100, 100, 1000)], 450, 10);
+        assert_eq!(t, vec![500, 150]);
+    }
+
+    #[test]
+    fn targets_are_request_plus_whole_quanta() {
+        let t = fill(&[it(105, 105, 1000), it(33, 33, 1000)], 57, 10);
+        for (x, r) in t.iter().zip([105, 33]) {
+            assert_eq!((x - r) % 10, 0, "target {x} request {r}");
+        }
+        let spent: Millis = t[0] - 105 + t[1] - 33;
+        assert!(spent <= 57 && spent > 57 - 10, "spent {spent}");
+    }
+
+    #[test]
+    fn ties_break_by_index() {
+        let t = fill(&[it(100, 100, 1000), it(100, 100, 1000)], 10, 10);
+        assert_eq!(t, vec![110, 100]);
+    }
+
+    #[test]
+    fn bad_items_are_repaired() {
+        let t = fill(&[it(0, 0, 0), it(100, 50, 20)], 1000, 10);
+        assert_eq!(t, vec![1, 100]);
+    }
+}
