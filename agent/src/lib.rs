@@ -5,5 +5,6 @@
 pub mod cgroup;
 pub mod metrics;
 pub mod model;
+pub mod policy;
 pub mod quantity;
 pub mod verify;
