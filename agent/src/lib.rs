@@ -7,4 +7,5 @@ pub mod metrics;
 pub mod model;
 pub mod policy;
 pub mod quantity;
+pub mod slack;
 pub mod verify;

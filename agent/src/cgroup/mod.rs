@@ -1,5 +1,20 @@
 //! cgroup v2 reading: layout discovery, file parsers, tree scan.
+//!
+//! A small reader of our own over any root path, rather than a crate:
+//! - `cgroups-rs` hard-codes `/sys/fs/cgroup` (it cannot read a fixture tree
+//!   or a `/host/sys/fs/cgroup` mount), has no PSI API, and pulls ~177 crates;
+//! - procfs's PSI parser is not a no-panic parser over arbitrary bytes, and
+//!   we need one (the parsers here are property-tested on random input).
+//!
+//! Layers: [`parse`] (bytes → typed values, pure), [`layout`] (find kubepods
+//! and name rules), [`scan`] (one read of the whole tree into a
+//! [`NodeSnapshot`]).
 
+pub mod layout;
+pub mod parse;
+pub mod scan;
 mod types;
 
+pub use layout::{LayoutError, discover};
+pub use scan::{ScanError, mark_roles, scan};
 pub use types::*;

@@ -1,0 +1,428 @@
+//! Where the kubelet put its cgroups: found by looking at the tree, never
+//! assumed (FACTS §1). Also the pure naming rules for pod and container
+//! cgroup directories.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::types::{ContainerRole, Driver, Layout, Runtime};
+use crate::model::Qos;
+
+/// How deep under the root to look for the node-allocatable cgroup. kind's
+/// `kubelet.slice/kubelet-kubepods.slice` is depth 2; a cgroupfs
+/// `<prefix>/kubepods` is depth 2 as well. Bounded so a large `system.slice`
+/// is not walked.
+const MAX_DEPTH: usize = 3;
+
+/// cgroup v1 hierarchy names as they appear under a tmpfs `/sys/fs/cgroup`.
+const V1_NAMES: &[&str] = &[
+    "blkio",
+    "cpu",
+    "cpuacct",
+    "cpu,cpuacct",
+    "cpuset",
+    "devices",
+    "freezer",
+    "hugetlb",
+    "memory",
+    "misc",
+    "net_cls",
+    "net_prio",
+    "net_cls,net_prio",
+    "perf_event",
+    "pids",
+    "rdma",
+    "systemd",
+];
+
+const NEED: &str = "Headroom needs the unified cgroup v2 hierarchy mounted at the root \
+(cgroup2 at /sys/fs/cgroup, e.g. systemd.unified_cgroup_hierarchy=1), with the cpu \
+controller enabled down to the kubelet's kubepods cgroup";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error("cgroup root {0} does not exist or is not a directory")]
+    NoRoot(PathBuf),
+    #[error("{root} is not a usable cgroup v2 hierarchy: {found}. {NEED}")]
+    NotCgroup2 { root: PathBuf, found: String },
+    #[error(
+        "{root} is cgroup v2 but no kubepods cgroup was found within {MAX_DEPTH} levels \
+(looked for kubepods.slice, <prefix>-kubepods.slice, kubepods): is the kubelet running \
+on this node, and is this the host's cgroup root?"
+    )]
+    NoKubepods { root: PathBuf },
+    #[error("{kubepods}: cpu controller missing ({found}). {NEED}")]
+    CpuControllerMissing { kubepods: PathBuf, found: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LayoutError + '_ {
+    move |source| LayoutError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Finds the node-allocatable cgroup under `root`.
+pub fn discover(root: &Path) -> Result<Layout, LayoutError> {
+    if !root.is_dir() {
+        return Err(LayoutError::NoRoot(root.to_path_buf()));
+    }
+    if !root.join("cgroup.controllers").is_file() {
+        return Err(LayoutError::NotCgroup2 {
+            root: root.to_path_buf(),
+            found: describe_non_v2(root),
+        });
+    }
+    let (rel, driver) = find_kubepods(root)?.ok_or_else(|| LayoutError::NoKubepods {
+        root: root.to_path_buf(),
+    })?;
+    let dir = root.join(&rel);
+    let mut missing = Vec::new();
+    for f in ["cpu.max", "cpu.stat"] {
+        if !dir.join(f).is_file() {
+            missing.push(f);
+        }
+    }
+    if !missing.is_empty() {
+        let ctl = std::fs::read_to_string(dir.join("cgroup.controllers")).ok();
+        let mut found = format!("no {}", missing.join(", no "));
+        if let Some(c) = ctl {
+            let _ = write!(found, "; its cgroup.controllers is {:?}", c.trim());
+        }
+        return Err(LayoutError::CpuControllerMissing {
+            kubepods: dir,
+            found,
+        });
+    }
+    Ok(Layout {
+        driver,
+        kubepods: rel,
+    })
+}
+
+/// Says what a root without `cgroup.controllers` holds instead.
+fn describe_non_v2(root: &Path) -> String {
+    let mut v1 = Vec::new();
+    let mut v2_subdirs = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(root) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let p = e.path();
+            if p.join("cgroup.controllers").is_file() {
+                let ctl = std::fs::read_to_string(p.join("cgroup.controllers")).unwrap_or_default();
+                let cpu = if p.join("cpu.max").is_file() {
+                    "has cpu.max"
+                } else {
+                    "no cpu.max"
+                };
+                v2_subdirs.push(format!(
+                    "a cgroup v2 mount at {name}/ (cgroup.controllers {:?}, {cpu})",
+                    ctl.trim()
+                ));
+            } else if V1_NAMES.contains(&name.as_str()) {
+                v1.push(name);
+            }
+        }
+    }
+    v1.sort();
+    v2_subdirs.sort();
+    let mut found = String::from("no cgroup.controllers at the root");
+    if !v1.is_empty() {
+        let _ = write!(
+            found,
+            "; cgroup v1 controller directories [{}] (a cgroup v1 or hybrid host)",
+            v1.join(", ")
+        );
+    }
+    for s in &v2_subdirs {
+        let _ = write!(
+            found,
+            "; {s}, not usable: the cpu controller is bound to v1"
+        );
+    }
+    if v1.is_empty() && v2_subdirs.is_empty() {
+        found.push_str("; nothing that looks like a cgroup hierarchy");
+    }
+    found
+}
+
+/// What a directory name says about the kubelet's node-allocatable cgroup.
+pub fn kubepods_driver(name: &str) -> Option<Driver> {
+    if name == "kubepods.slice" || name.ends_with("-kubepods.slice") {
+        Some(Driver::Systemd)
+    } else if name == "kubepods" {
+        Some(Driver::Cgroupfs)
+    } else {
+        None
+    }
+}
+
+/// Breadth-first, shallowest match wins; ties go to the lexically first path.
+fn find_kubepods(root: &Path) -> Result<Option<(PathBuf, Driver)>, LayoutError> {
+    let mut level = vec![PathBuf::new()];
+    for _ in 0..MAX_DEPTH {
+        let mut next = Vec::new();
+        let mut hits = Vec::new();
+        for rel in &level {
+            let dir = root.join(rel);
+            let rd = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd,
+                // A sibling that vanished or is unreadable is not our business.
+                Err(e) if rel.as_os_str().is_empty() => return Err(io(&dir)(e)),
+                Err(_) => continue,
+            };
+            for e in rd.flatten() {
+                if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                    continue;
+                }
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                let child = rel.join(name);
+                match kubepods_driver(name) {
+                    Some(d) => hits.push((child, d)),
+                    None => next.push(child),
+                }
+            }
+        }
+        if !hits.is_empty() {
+            hits.sort_by(|a, b| a.0.cmp(&b.0));
+            return Ok(hits.into_iter().next());
+        }
+        level = next;
+    }
+    Ok(None)
+}
+
+/// QoS class of a child of kubepods that is a QoS-level cgroup
+/// (`kubepods-burstable.slice`, `kubelet-kubepods-besteffort.slice`, `burstable`).
+pub fn qos_dir(name: &str, driver: Driver) -> Option<Qos> {
+    let base = match driver {
+        Driver::Systemd => name.strip_suffix(".slice")?.rsplit('-').next()?,
+        Driver::Cgroupfs => name,
+    };
+    match base {
+        "burstable" => Some(Qos::Burstable),
+        "besteffort" => Some(Qos::BestEffort),
+        _ => None,
+    }
+}
+
+/// Pod UID from a pod cgroup name: systemd `…-pod<uid with _>.slice` (escaping
+/// undone) or cgroupfs `pod<uid>`.
+pub fn pod_uid(name: &str, driver: Driver) -> Option<String> {
+    let raw = match driver {
+        // The escaped uid has no '-', so the last '-'-part is `pod<uid_>`.
+        Driver::Systemd => name.strip_suffix(".slice")?.rsplit('-').next()?,
+        Driver::Cgroupfs => name,
+    };
+    let uid = raw.strip_prefix("pod")?;
+    let ok = !uid.is_empty()
+        && uid
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
+    ok.then(|| uid.replace('_', "-"))
+}
+
+fn is_id(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|c| c.is_ascii_alphanumeric())
+}
+
+/// A bare container id (cgroupfs driver, containerd or cri-dockerd): 64 hex.
+fn is_bare_id(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|c| c.is_ascii_hexdigit())
+}
+
+/// Runtime, container id and (for CRI-O's monitor) role from a container
+/// cgroup name, for both drivers. `None` for anything else in a pod cgroup.
+pub fn container_name(name: &str) -> Option<(Runtime, &str, ContainerRole)> {
+    let scope = name.strip_suffix(".scope");
+    let body = scope.unwrap_or(name);
+    let (rt, id, role) = if let Some(id) = body.strip_prefix("crio-conmon-") {
+        (Runtime::Crio, id, ContainerRole::Conmon)
+    } else if let Some(id) = body.strip_prefix("crio-") {
+        (Runtime::Crio, id, ContainerRole::Unknown)
+    } else if let Some(id) = scope.and_then(|s| s.strip_prefix("cri-containerd-")) {
+        (Runtime::Containerd, id, ContainerRole::Unknown)
+    } else if let Some(id) = scope.and_then(|s| s.strip_prefix("docker-")) {
+        (Runtime::Docker, id, ContainerRole::Unknown)
+    } else if scope.is_none() && is_bare_id(name) {
+        (Runtime::Unknown, name, ContainerRole::Unknown)
+    } else {
+        return None;
+    };
+    is_id(id).then_some((rt, id, role))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn pod_uid_undoes_systemd_escaping() {
+        assert_eq!(
+            pod_uid(
+                "kubelet-kubepods-burstable-pod1b2c3d4e_0000_4a4a_8b8b_0123456789ab.slice",
+                Driver::Systemd
+            )
+            .as_deref(),
+            Some("1b2c3d4e-0000-4a4a-8b8b-0123456789ab")
+        );
+        assert_eq!(
+            pod_uid("kubepods-podabc_def.slice", Driver::Systemd).as_deref(),
+            Some("abc-def")
+        );
+        assert_eq!(
+            pod_uid("pod1b2c-3d", Driver::Cgroupfs).as_deref(),
+            Some("1b2c-3d")
+        );
+    }
+
+    #[test]
+    fn pod_uid_rejects_non_pods() {
+        assert_eq!(pod_uid("kubepods-burstable.slice", Driver::Systemd), None);
+        assert_eq!(pod_uid("kubepods-pod.slice", Driver::Systemd), None);
+        assert_eq!(pod_uid("burstable", Driver::Cgroupfs), None);
+        assert_eq!(pod_uid("cpu.max", Driver::Cgroupfs), None);
+    }
+
+    #[test]
+    fn qos_dirs_for_both_drivers_and_prefixes() {
+        assert_eq!(
+            qos_dir("kubelet-kubepods-burstable.slice", Driver::Systemd),
+            Some(Qos::Burstable)
+        );
+        assert_eq!(
+            qos_dir("kubepods-besteffort.slice", Driver::Systemd),
+            Some(Qos::BestEffort)
+        );
+        assert_eq!(qos_dir("burstable", Driver::Cgroupfs), Some(Qos::Burstable));
+        assert_eq!(qos_dir("kubepods-podabc.slice", Driver::Systemd), None);
+    }
+
+    #[test]
+    fn container_names_for_each_runtime() {
+        let c = |n: &str| container_name(n).map(|(r, i, role)| (r, i.to_string(), role));
+        let u = ContainerRole::Unknown;
+        assert_eq!(
+            c(&format!("cri-containerd-{ID}.scope")),
+            Some((Runtime::Containerd, ID.into(), u))
+        );
+        assert_eq!(c(ID), Some((Runtime::Unknown, ID.into(), u)));
+        assert_eq!(
+            c(&format!("crio-{ID}.scope")),
+            Some((Runtime::Crio, ID.into(), u))
+        );
+        assert_eq!(
+            c(&format!("crio-{ID}")),
+            Some((Runtime::Crio, ID.into(), u))
+        );
+        assert_eq!(
+            c(&format!("crio-conmon-{ID}.scope")),
+            Some((Runtime::Crio, ID.into(), ContainerRole::Conmon))
+        );
+        assert_eq!(
+            c(&format!("crio-conmon-{ID}")),
+            Some((Runtime::Crio, ID.into(), ContainerRole::Conmon))
+        );
+        assert_eq!(
+            c(&format!("docker-{ID}.scope")),
+            Some((Runtime::Docker, ID.into(), u))
+        );
+        assert_eq!(c("cpu.max"), None);
+        assert_eq!(c("cri-containerd-.scope"), None);
+        assert_eq!(c("deadbeef"), None);
+    }
+
+    fn mkfile(p: &Path, content: &str) {
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, content).unwrap();
+    }
+
+    fn v2_kubepods(root: &Path, rel: &str) {
+        mkfile(
+            &root.join("cgroup.controllers"),
+            "cpuset cpu io memory pids\n",
+        );
+        mkfile(&root.join(rel).join("cpu.max"), "max 100000\n");
+        mkfile(&root.join(rel).join("cpu.stat"), "usage_usec 0\n");
+    }
+
+    #[test]
+    fn discovers_each_kubepods_flavour() {
+        for (rel, driver) in [
+            ("kubepods.slice", Driver::Systemd),
+            ("kubelet.slice/kubelet-kubepods.slice", Driver::Systemd),
+            ("custom.slice/custom-kubepods.slice", Driver::Systemd),
+            ("kubepods", Driver::Cgroupfs),
+            ("kubelet/kubepods", Driver::Cgroupfs),
+        ] {
+            let t = tempfile::tempdir().unwrap();
+            fs::create_dir_all(t.path().join("system.slice/containerd.service")).unwrap();
+            v2_kubepods(t.path(), rel);
+            let l = discover(t.path()).unwrap();
+            assert_eq!(l.kubepods, PathBuf::from(rel));
+            assert_eq!(l.driver, driver);
+        }
+    }
+
+    #[test]
+    fn v1_host_error_says_what_was_found_and_needed() {
+        let t = tempfile::tempdir().unwrap();
+        for d in ["cpu", "cpuacct", "memory", "systemd"] {
+            fs::create_dir_all(t.path().join(d)).unwrap();
+        }
+        mkfile(&t.path().join("unified/cgroup.controllers"), "\n");
+        mkfile(&t.path().join("unified/cpu.stat"), "usage_usec 0\n");
+        let e = discover(t.path()).unwrap_err().to_string();
+        assert!(
+            e.contains("cgroup v1 controller directories [cpu, cpuacct, memory, systemd]"),
+            "{e}"
+        );
+        assert!(e.contains("no cgroup.controllers"), "{e}");
+        assert!(e.contains("unified/"), "{e}");
+        assert!(e.contains("no cpu.max"), "{e}");
+        assert!(e.contains("needs the unified cgroup v2 hierarchy"), "{e}");
+    }
+
+    #[test]
+    fn v2_without_kubepods_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        mkfile(&t.path().join("cgroup.controllers"), "cpu\n");
+        fs::create_dir_all(t.path().join("system.slice")).unwrap();
+        let e = discover(t.path()).unwrap_err();
+        assert!(matches!(e, LayoutError::NoKubepods { .. }), "{e}");
+        assert!(e.to_string().contains("no kubepods cgroup"));
+    }
+
+    #[test]
+    fn kubepods_without_cpu_controller_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        mkfile(&t.path().join("cgroup.controllers"), "memory pids\n");
+        mkfile(
+            &t.path().join("kubepods.slice/cgroup.controllers"),
+            "memory pids\n",
+        );
+        mkfile(&t.path().join("kubepods.slice/cpu.stat"), "usage_usec 0\n");
+        let e = discover(t.path()).unwrap_err();
+        assert!(matches!(e, LayoutError::CpuControllerMissing { .. }), "{e}");
+        let s = e.to_string();
+        assert!(s.contains("no cpu.max") && s.contains("memory pids"), "{s}");
+    }
+
+    #[test]
+    fn missing_root_is_an_error() {
+        let e = discover(Path::new("/nonexistent/headroom")).unwrap_err();
+        assert!(matches!(e, LayoutError::NoRoot(_)));
+    }
+}

@@ -1,0 +1,198 @@
+//! `headroom-agent slack`: what Headroom sees on this node (or a fixture
+//! tree), sampled twice `--interval` apart. Read-only; needs no cluster.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use headroom::cgroup::{self, CpuMax, NodeSnapshot};
+use headroom::slack::{self, CapacityInputs, NodeSlack};
+use serde_json::{Value, json};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Root of the cgroup v2 hierarchy (a host mount or a fixture's `root/`).
+    #[arg(long, default_value = "/sys/fs/cgroup", env = "HEADROOM_CGROUP_ROOT")]
+    pub cgroup_root: PathBuf,
+    /// The Node's allocatable CPU (e.g. `4000m`), an input to capacity.
+    #[arg(long, value_parser = super::parse_cpu)]
+    pub node_allocatable: Option<u64>,
+    /// Time between the two samples.
+    #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
+    pub interval: Duration,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let layout = cgroup::discover(&a.cgroup_root)?;
+    tracing::debug!(kubepods = %layout.kubepods.display(), driver = ?layout.driver, "layout");
+    let t0 = Instant::now();
+    let at = || t0.elapsed().as_micros() as u64;
+    let prev = cgroup::scan(&a.cgroup_root, &layout, at()).context("first sample")?;
+    std::thread::sleep(a.interval);
+    let cur = cgroup::scan(&a.cgroup_root, &layout, at()).context("second sample")?;
+    let cap = CapacityInputs {
+        node_allocatable_m: a.node_allocatable,
+        online_cpus: slack::online_cpus(),
+    };
+    let s = slack::measure(&prev, &cur, cap);
+    for p in &cur.pods {
+        if let Err(e) = &p.sample {
+            tracing::warn!(uid = %p.uid, "{e}");
+        }
+    }
+    if a.json {
+        println!("{}", report_json(&cur, &s));
+    } else {
+        print!("{}", report_text(&cur, &s));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn max_m(m: &Result<CpuMax, cgroup::CgroupError>) -> Option<u64> {
+    m.as_ref().ok().and_then(CpuMax::millicores)
+}
+
+/// One JSON object: `node` summary and `pods`, in the snapshot's order.
+pub fn report_json(cur: &NodeSnapshot, s: &NodeSlack) -> Value {
+    let pods: Vec<Value> = cur
+        .pods
+        .iter()
+        .zip(&s.pods)
+        .map(|(p, u)| {
+            let containers: Vec<Value> = p
+                .containers
+                .iter()
+                .map(|c| {
+                    json!({
+                        "id": c.id,
+                        "runtime": c.runtime,
+                        "role": c.role,
+                        "cgroup": c.path,
+                        "cpu_max_millicores": max_m(&c.cpu_max),
+                        "cpu_max_period_us": c.cpu_max.as_ref().ok().map(|m| m.period_us),
+                        "error": c.cpu_max.as_ref().err().map(|e| e.to_string()),
+                    })
+                })
+                .collect();
+            let smp = p.sample.as_ref().ok();
+            json!({
+                "uid": p.uid,
+                "qos": p.qos,
+                "cgroup": p.path,
+                "cpu_max_millicores": smp.and_then(|x| x.cpu_max.millicores()),
+                "cpu_max_period_us": smp.map(|x| x.cpu_max.period_us),
+                "cpu_weight": smp.and_then(|x| x.weight),
+                "usage_millicores": u.usage_m,
+                "throttled_ratio": u.throttled_ratio,
+                "containers": containers,
+                "error": p.sample.as_ref().err().map(|e| e.to_string()),
+            })
+        })
+        .collect();
+    json!({
+        "node": {
+            "capacity_millicores": s.capacity_m,
+            "capacity_source": s.capacity_source,
+            "usage_millicores": s.usage_m,
+            "usage_basis": s.usage_basis,
+            "slack_millicores": s.slack_m,
+            "pressure_some_avg10": s.pressure_some_avg10,
+            "pressure_full_avg10": s.pressure_full_avg10,
+            "kubepods_cpu_max_millicores": cur.kubepods.cpu_max.millicores(),
+            "interval_us": s.interval_us,
+            "driver": cur.layout.driver,
+            "kubepods": cur.layout.kubepods,
+        },
+        "pods": pods,
+        "vanished": s.vanished,
+    })
+}
+
+fn fmt_m(m: Option<u64>) -> String {
+    m.map_or_else(|| "unlimited".into(), |m| format!("{m}m"))
+}
+
+fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+/// Node summary line, then one row per pod and its containers.
+pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
+    let mut o = String::new();
+    let psi = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.2}"));
+    let _ = writeln!(
+        o,
+        "node: kubepods {} ({:?} driver), cpu.max {}",
+        cur.layout.kubepods.display(),
+        cur.layout.driver,
+        fmt_m(cur.kubepods.cpu_max.millicores()),
+    );
+    let _ = writeln!(
+        o,
+        "  capacity {}m ({:?})  usage {}m  slack {}m  pressure some/full avg10 {}/{}  over {:.2}s, {} pods",
+        s.capacity_m,
+        s.capacity_source,
+        s.usage_m,
+        s.slack_m,
+        psi(s.pressure_some_avg10),
+        psi(s.pressure_full_avg10),
+        s.interval_us as f64 / 1e6,
+        cur.pods.len(),
+    );
+    let _ = writeln!(
+        o,
+        "\n{:<36}  {:<10}  {:>10}  {:>7}  {:>9}  containers (runtime:id=cpu.max)",
+        "UID", "QOS", "CPU.MAX", "USAGE", "THROTTLED"
+    );
+    for (p, u) in cur.pods.iter().zip(&s.pods) {
+        let cpu_max = match &p.sample {
+            Ok(x) => fmt_m(x.cpu_max.millicores()),
+            Err(_) => "error".into(),
+        };
+        let containers: Vec<String> = p
+            .containers
+            .iter()
+            .map(|c| {
+                let id = c.id.get(..12).unwrap_or(&c.id);
+                let rt = serde_json::to_value(c.runtime)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let m = match &c.cpu_max {
+                    Ok(m) => fmt_m(m.millicores()),
+                    Err(_) => "error".into(),
+                };
+                let conmon = if c.role == cgroup::ContainerRole::Conmon {
+                    "(conmon)"
+                } else {
+                    ""
+                };
+                format!("{rt}:{id}{conmon}={m}")
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "{:<36}  {:<10}  {:>10}  {:>7}  {:>9}  {}",
+            p.uid,
+            p.qos.as_str(),
+            cpu_max,
+            fmt_opt(u.usage_m.map(|m| format!("{m}m"))),
+            fmt_opt(u.throttled_ratio.map(|r| format!("{:.1}%", r * 100.0))),
+            containers.join(", "),
+        );
+        if let Err(e) = &p.sample {
+            let _ = writeln!(o, "  error: {e}");
+        }
+        for c in &p.containers {
+            if let Err(e) = &c.cpu_max {
+                let _ = writeln!(o, "  container {}: {e}", c.id);
+            }
+        }
+    }
+    o
+}

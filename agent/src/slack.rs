@@ -1,0 +1,426 @@
+//! Node slack from two snapshots of the kubepods tree: capacity, usage,
+//! per-pod usage and throttling, pressure. Pure: no I/O except
+//! [`online_cpus`].
+//!
+//! Real slack here is `capacity − kubepods usage`, clamped at 0. The policy
+//! applies its own-burst correction (`Σ_managed min(u_i, r_i)`) and reserve on
+//! top, from the per-pod usage kept in [`NodeSlack::pods`].
+
+use std::collections::HashMap;
+
+use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup};
+use crate::model::{Millis, Qos};
+
+/// What bounds the CPU pods can use, besides the cgroup tree itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapacityInputs {
+    /// Node `status.allocatable.cpu` (or `--node-allocatable`).
+    pub node_allocatable_m: Option<Millis>,
+    /// Online CPUs of the host ([`online_cpus`]); 0 = unknown.
+    pub online_cpus: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    /// An operator set a finite `cpu.max` on kubepods: the real cap.
+    KubepodsCpuMax,
+    NodeAllocatable,
+    OnlineCpus,
+    /// Nothing known: capacity 0, so no slack is claimed.
+    Unknown,
+}
+
+/// Where the total usage came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageBasis {
+    /// Rate of kubepods `usage_usec` (the normal case).
+    Kubepods,
+    /// kubepods' counter went backwards (cgroup recreated): sum of the pods
+    /// whose rate is known instead.
+    PodSum,
+    /// The two snapshots are not ordered in time: no rate at all, and no
+    /// slack is claimed.
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PodUsage {
+    pub uid: String,
+    pub qos: Qos,
+    /// CPU used over the interval, millicores. `None` for a pod that appeared
+    /// since the previous snapshot, whose counters reset, or whose cgroup
+    /// could not be read in either snapshot.
+    pub usage_m: Option<Millis>,
+    /// Δnr_throttled / Δnr_periods: the share of enforcement periods in which
+    /// the pod hit its quota. `None` when no period ran (unlimited) or unknown.
+    pub throttled_ratio: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NodeSlack {
+    pub interval_us: u64,
+    pub capacity_m: Millis,
+    pub capacity_source: CapacitySource,
+    pub usage_m: Millis,
+    pub usage_basis: UsageBasis,
+    /// `capacity − usage`, at least 0.
+    pub slack_m: Millis,
+    pub pressure_some_avg10: Option<f64>,
+    pub pressure_full_avg10: Option<f64>,
+    pub kubepods_throttled_ratio: Option<f64>,
+    /// One per pod of the current snapshot, in its order.
+    pub pods: Vec<PodUsage>,
+    /// UIDs of pods in the previous snapshot that are gone now.
+    pub vanished: Vec<String>,
+}
+
+/// Online CPUs of the host. Not `std::thread::available_parallelism`: that
+/// reflects the agent's own cgroup quota and CPU affinity (a DaemonSet with a
+/// 100m limit would see 1 CPU), while we want the node's.
+pub fn online_cpus() -> u64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN) {
+        Ok(Some(n)) if n > 0 => n as u64,
+        _ => 0,
+    }
+}
+
+/// Capacity = min of what is known: finite kubepods `cpu.max`, allocatable,
+/// online CPUs (DESIGN.md).
+pub fn capacity(kubepods: &CgroupSample, cap: CapacityInputs) -> (Millis, CapacitySource) {
+    [
+        (
+            kubepods.cpu_max.millicores(),
+            CapacitySource::KubepodsCpuMax,
+        ),
+        (cap.node_allocatable_m, CapacitySource::NodeAllocatable),
+        (
+            (cap.online_cpus > 0).then(|| cap.online_cpus.saturating_mul(1000)),
+            CapacitySource::OnlineCpus,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(m, s)| m.map(|m| (m, s)))
+    .min_by_key(|(m, _)| *m)
+    .unwrap_or((0, CapacitySource::Unknown))
+}
+
+/// Δ`usage_usec` over `dt_us` in millicores (rounded to nearest); `None` on
+/// a counter reset.
+fn rate_m(prev: &CpuStat, cur: &CpuStat, dt_us: u64) -> Option<Millis> {
+    let d = cur.usage_usec.checked_sub(prev.usage_usec)?;
+    if dt_us == 0 {
+        return None;
+    }
+    let m = (d as u128 * 1000 + dt_us as u128 / 2) / dt_us as u128;
+    Some(m.min(u64::MAX as u128) as u64)
+}
+
+fn throttled_ratio(prev: &CpuStat, cur: &CpuStat) -> Option<f64> {
+    let periods = cur.nr_periods?.checked_sub(prev.nr_periods?)?;
+    let throttled = cur.nr_throttled?.checked_sub(prev.nr_throttled?)?;
+    if periods == 0 {
+        return None;
+    }
+    Some((throttled as f64 / periods as f64).min(1.0))
+}
+
+fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage {
+    let pair = match (prev.map(|p| &p.sample), &cur.sample) {
+        (Some(Ok(p)), Ok(c)) => Some((&p.cpu_stat, &c.cpu_stat)),
+        _ => None,
+    };
+    PodUsage {
+        uid: cur.uid.clone(),
+        qos: cur.qos,
+        usage_m: pair.and_then(|(p, c)| rate_m(p, c, dt_us)),
+        throttled_ratio: pair.and_then(|(p, c)| throttled_ratio(p, c)),
+    }
+}
+
+/// Measures the node between two snapshots of the same node.
+pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> NodeSlack {
+    let dt_us = cur.at_us.saturating_sub(prev.at_us);
+    let (capacity_m, capacity_source) = capacity(&cur.kubepods, cap);
+    let by_uid: HashMap<&str, &PodCgroup> = prev.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+    let pods: Vec<PodUsage> = cur
+        .pods
+        .iter()
+        .map(|p| pod_usage(by_uid.get(p.uid.as_str()).copied(), p, dt_us))
+        .collect();
+    let cur_uids: std::collections::HashSet<&str> =
+        cur.pods.iter().map(|p| p.uid.as_str()).collect();
+    let vanished = prev
+        .pods
+        .iter()
+        .filter(|p| !cur_uids.contains(p.uid.as_str()))
+        .map(|p| p.uid.clone())
+        .collect();
+
+    let (usage_m, usage_basis) = if dt_us == 0 {
+        (0, UsageBasis::None)
+    } else if let Some(u) = rate_m(&prev.kubepods.cpu_stat, &cur.kubepods.cpu_stat, dt_us) {
+        (u, UsageBasis::Kubepods)
+    } else {
+        let sum = pods.iter().filter_map(|p| p.usage_m).sum();
+        (sum, UsageBasis::PodSum)
+    };
+    let slack_m = match usage_basis {
+        UsageBasis::None => 0,
+        _ => capacity_m.saturating_sub(usage_m),
+    };
+    let pressure = cur.kubepods.pressure.as_ref();
+    NodeSlack {
+        interval_us: dt_us,
+        capacity_m,
+        capacity_source,
+        usage_m,
+        usage_basis,
+        slack_m,
+        pressure_some_avg10: pressure.map(|p| p.some.avg10),
+        pressure_full_avg10: pressure.and_then(|p| p.full.map(|f| f.avg10)),
+        kubepods_throttled_ratio: throttled_ratio(&prev.kubepods.cpu_stat, &cur.kubepods.cpu_stat),
+        pods,
+        vanished,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::{CgroupError, CpuMax, Driver, Layout, Pressure, PsiLine};
+    use std::path::PathBuf;
+
+    fn sample(quota: Option<u64>, usage: u64, periods: u64, throttled: u64) -> CgroupSample {
+        CgroupSample {
+            cpu_max: CpuMax {
+                quota_us: quota,
+                period_us: 100_000,
+            },
+            cpu_stat: CpuStat {
+                usage_usec: usage,
+                nr_periods: Some(periods),
+                nr_throttled: Some(throttled),
+                ..Default::default()
+            },
+            pressure: None,
+            weight: None,
+        }
+    }
+
+    fn pod(uid: &str, s: Result<CgroupSample, CgroupError>) -> PodCgroup {
+        PodCgroup {
+            uid: uid.into(),
+            qos: Qos::Burstable,
+            path: PathBuf::from(uid),
+            sample: s,
+            containers: vec![],
+        }
+    }
+
+    fn snap(at_us: u64, kubepods: CgroupSample, pods: Vec<PodCgroup>) -> NodeSnapshot {
+        NodeSnapshot {
+            at_us,
+            layout: Layout {
+                driver: Driver::Systemd,
+                kubepods: "kubepods.slice".into(),
+            },
+            kubepods,
+            pods,
+        }
+    }
+
+    const CAP: CapacityInputs = CapacityInputs {
+        node_allocatable_m: Some(3800),
+        online_cpus: 4,
+    };
+
+    #[test]
+    fn usage_and_slack_from_kubepods_rate() {
+        // 1.5 s of CPU over 1 s = 1500m on a 3800m node.
+        let a = snap(1_000_000, sample(None, 10_000_000, 0, 0), vec![]);
+        let b = snap(2_000_000, sample(None, 11_500_000, 0, 0), vec![]);
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.interval_us, 1_000_000);
+        assert_eq!(s.capacity_m, 3800);
+        assert_eq!(s.capacity_source, CapacitySource::NodeAllocatable);
+        assert_eq!(s.usage_m, 1500);
+        assert_eq!(s.usage_basis, UsageBasis::Kubepods);
+        assert_eq!(s.slack_m, 2300);
+    }
+
+    #[test]
+    fn capacity_is_min_of_known_inputs() {
+        let k = sample(Some(250_000), 0, 0, 0);
+        assert_eq!(capacity(&k, CAP), (2500, CapacitySource::KubepodsCpuMax));
+        let k = sample(None, 0, 0, 0);
+        let c = CapacityInputs {
+            node_allocatable_m: None,
+            online_cpus: 2,
+        };
+        assert_eq!(capacity(&k, c), (2000, CapacitySource::OnlineCpus));
+        let c = CapacityInputs {
+            node_allocatable_m: Some(8000),
+            online_cpus: 2,
+        };
+        assert_eq!(capacity(&k, c), (2000, CapacitySource::OnlineCpus));
+        let none = CapacityInputs {
+            node_allocatable_m: None,
+            online_cpus: 0,
+        };
+        assert_eq!(capacity(&k, none), (0, CapacitySource::Unknown));
+    }
+
+    #[test]
+    fn capacity_honours_non_default_period() {
+        let mut k = sample(Some(100_000), 0, 0, 0);
+        k.cpu_max.period_us = 50_000;
+        assert_eq!(capacity(&k, CAP), (2000, CapacitySource::KubepodsCpuMax));
+    }
+
+    #[test]
+    fn slack_clamps_at_zero_when_usage_exceeds_capacity() {
+        let a = snap(0, sample(None, 0, 0, 0), vec![]);
+        let b = snap(1_000_000, sample(None, 5_000_000, 0, 0), vec![]);
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.usage_m, 5000);
+        assert_eq!(s.slack_m, 0);
+    }
+
+    #[test]
+    fn per_pod_usage_and_throttling_ratio() {
+        let a = snap(
+            0,
+            sample(None, 0, 0, 0),
+            vec![pod("p1", Ok(sample(Some(50_000), 1_000_000, 100, 10)))],
+        );
+        let b = snap(
+            2_000_000,
+            sample(None, 2_000_000, 0, 0),
+            vec![pod("p1", Ok(sample(Some(50_000), 1_800_000, 120, 15)))],
+        );
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.pods[0].usage_m, Some(400));
+        assert_eq!(s.pods[0].throttled_ratio, Some(0.25));
+    }
+
+    #[test]
+    fn pod_counter_reset_gives_no_usage() {
+        let a = snap(
+            0,
+            sample(None, 0, 0, 0),
+            vec![pod("p", Ok(sample(None, 9_000, 50, 5)))],
+        );
+        let b = snap(
+            1_000_000,
+            sample(None, 100_000, 0, 0),
+            vec![pod("p", Ok(sample(None, 10, 1, 0)))],
+        );
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.pods[0].usage_m, None);
+        assert_eq!(s.pods[0].throttled_ratio, None);
+        assert_eq!(s.usage_m, 100);
+    }
+
+    #[test]
+    fn kubepods_counter_reset_falls_back_to_pod_sum() {
+        let a = snap(
+            0,
+            sample(None, 50_000_000, 0, 0),
+            vec![
+                pod("a", Ok(sample(None, 0, 0, 0))),
+                pod("b", Ok(sample(None, 0, 0, 0))),
+            ],
+        );
+        let b = snap(
+            1_000_000,
+            sample(None, 1_000, 0, 0),
+            vec![
+                pod("a", Ok(sample(None, 300_000, 0, 0))),
+                pod("b", Ok(sample(None, 200_000, 0, 0))),
+            ],
+        );
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.usage_basis, UsageBasis::PodSum);
+        assert_eq!(s.usage_m, 500);
+        assert_eq!(s.slack_m, 3300);
+    }
+
+    #[test]
+    fn appearing_and_vanishing_pods_give_no_garbage() {
+        let a = snap(
+            0,
+            sample(None, 0, 0, 0),
+            vec![pod("old", Ok(sample(None, 1_000_000, 0, 0)))],
+        );
+        let b = snap(
+            1_000_000,
+            sample(None, 200_000, 0, 0),
+            vec![pod("new", Ok(sample(None, 99_000_000, 10, 10)))],
+        );
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.pods.len(), 1);
+        assert_eq!(s.pods[0].uid, "new");
+        assert_eq!(s.pods[0].usage_m, None);
+        assert_eq!(s.pods[0].throttled_ratio, None);
+        assert_eq!(s.vanished, vec!["old".to_string()]);
+        assert_eq!(s.usage_m, 200);
+    }
+
+    #[test]
+    fn unreadable_pod_sample_gives_no_usage() {
+        let err = Err(CgroupError::Vanished(PathBuf::from("x")));
+        let a = snap(0, sample(None, 0, 0, 0), vec![pod("p", err.clone())]);
+        let b = snap(
+            1_000_000,
+            sample(None, 0, 0, 0),
+            vec![pod("p", Ok(sample(None, 5, 0, 0)))],
+        );
+        assert_eq!(measure(&a, &b, CAP).pods[0].usage_m, None);
+        assert_eq!(measure(&b, &a, CAP).pods[0].usage_m, None);
+    }
+
+    #[test]
+    fn unordered_snapshots_claim_no_slack() {
+        let a = snap(5, sample(None, 0, 0, 0), vec![]);
+        let b = snap(5, sample(None, 1_000, 0, 0), vec![]);
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.usage_basis, UsageBasis::None);
+        assert_eq!(s.slack_m, 0);
+        let s = measure(&b, &a, CAP);
+        assert_eq!(s.slack_m, 0);
+    }
+
+    #[test]
+    fn pressure_comes_from_current_kubepods() {
+        let line = |v| PsiLine {
+            avg10: v,
+            ..Default::default()
+        };
+        let mut k = sample(None, 0, 0, 0);
+        k.pressure = Some(Pressure {
+            some: line(12.5),
+            full: Some(line(3.0)),
+        });
+        let a = snap(0, sample(None, 0, 0, 0), vec![]);
+        let b = snap(1, k, vec![]);
+        let s = measure(&a, &b, CAP);
+        assert_eq!(s.pressure_some_avg10, Some(12.5));
+        assert_eq!(s.pressure_full_avg10, Some(3.0));
+    }
+
+    #[test]
+    fn throttled_ratio_needs_periods() {
+        let a = sample(None, 0, 10, 1).cpu_stat;
+        let b = sample(None, 0, 10, 1).cpu_stat;
+        assert_eq!(throttled_ratio(&a, &b), None);
+        let no_ctl = CpuStat::default();
+        assert_eq!(throttled_ratio(&no_ctl, &no_ctl), None);
+    }
+
+    #[test]
+    fn online_cpus_is_positive_here() {
+        assert!(online_cpus() >= 1);
+    }
+}
