@@ -1,0 +1,124 @@
+//! Writes the simulated cgroupfs. Counter files (`cpu.stat`, `cpu.pressure`) are
+//! always replaced by rename, so a reader never sees half a file. `cpu.max` and
+//! `cpu.weight` follow [`WriteMode`].
+
+use std::io::Write;
+use std::path::Path;
+
+/// How the simulator writes `cpu.max` and `cpu.weight`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// Temp file + rename: readers see the old or the new content, never a mix
+    /// (the kernel's guarantee). Inotify watches on the file itself do not survive
+    /// the replacement; a watch on the directory sees `IN_MOVED_TO`.
+    #[default]
+    Rename,
+    /// Truncate + one `write(2)` in place, as the kubelet does on a real cgroupfs:
+    /// raises `IN_MODIFY` on the file, but a reader can catch it empty in between.
+    InPlace,
+}
+
+const CONTROLLERS: &str = "cpuset cpu io memory hugetlb pids rdma misc\n";
+
+/// Replaces `dir/name` by rename from a dot-file in the same directory.
+pub fn write_atomic(dir: &Path, name: &str, content: &str) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{name}.sim-tmp"));
+    std::fs::write(&tmp, content)?;
+    std::fs::rename(&tmp, dir.join(name))
+}
+
+/// Writes a kubelet-written file (`cpu.max`, `cpu.weight`).
+pub fn write_setting(
+    dir: &Path,
+    name: &str,
+    content: &str,
+    mode: WriteMode,
+) -> std::io::Result<()> {
+    match mode {
+        WriteMode::Rename => write_atomic(dir, name, content),
+        WriteMode::InPlace => {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(dir.join(name))?;
+            f.write_all(content.as_bytes())
+        }
+    }
+}
+
+/// Creates a cgroup directory with the interface files every cgroup has, if missing.
+/// `cpu_max` and `weight` are written only when the cgroup is new.
+pub fn ensure_cgroup(
+    dir: &Path,
+    cpu_max: &str,
+    weight: u64,
+    mode: WriteMode,
+) -> std::io::Result<()> {
+    if dir.join("cgroup.controllers").exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    write_atomic(dir, "cgroup.controllers", CONTROLLERS)?;
+    write_atomic(dir, "cgroup.subtree_control", "cpu memory pids\n")?;
+    write_atomic(dir, "cgroup.procs", "")?;
+    write_setting(dir, "cpu.max", &format!("{cpu_max}\n"), mode)?;
+    write_setting(dir, "cpu.weight", &format!("{weight}\n"), mode)?;
+    write_atomic(
+        dir,
+        "cpu.stat",
+        &super::load::CgroupCounters::default().cpu_stat(),
+    )?;
+    write_atomic(
+        dir,
+        "cpu.pressure",
+        &super::load::CgroupCounters::default().cpu_pressure(),
+    )
+}
+
+/// Reads `cpu.max` the way the kernel enforces it: None for `max`, a missing file
+/// or content it would not have accepted.
+pub fn read_limit_m(dir: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(dir.join("cpu.max")).ok()?;
+    let mut it = text.split_whitespace();
+    let quota: f64 = it.next()?.parse().ok()?;
+    let period: f64 = it.next()?.parse().ok()?;
+    (period > 0.0).then(|| quota * 1000.0 / period)
+}
+
+/// Removes a cgroup directory tree (the kernel needs rmdir bottom-up; here the
+/// files are plain files, so remove_dir_all is the equivalent).
+pub fn remove_cgroup(dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ensure_writes_interface_files_once() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("a/b");
+        ensure_cgroup(&dir, "max 100000", 39, WriteMode::Rename).expect("ensure");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cpu.max")).expect("read"),
+            "max 100000\n"
+        );
+        assert_eq!(read_limit_m(&dir), None);
+        write_setting(&dir, "cpu.max", "50000 100000\n", WriteMode::InPlace).expect("write");
+        ensure_cgroup(&dir, "max 100000", 39, WriteMode::Rename).expect("ensure again");
+        assert_eq!(read_limit_m(&dir), Some(500.0));
+        assert!(
+            std::fs::read_to_string(dir.join("cgroup.controllers"))
+                .expect("c")
+                .contains("cpu ")
+        );
+        remove_cgroup(&dir).expect("rm");
+        remove_cgroup(&dir).expect("rm twice");
+        assert!(!dir.exists());
+    }
+}

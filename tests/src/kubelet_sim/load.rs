@@ -1,0 +1,338 @@
+//! The load model: demand → CPU time, CFS throttling counters and PSI, per tick.
+//! Pure arithmetic; the caller reads `cpu.max` and writes the resulting files.
+
+/// Input for one container: what its tasks want and its own quota.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContainerIn {
+    pub demand_m: f64,
+    /// Effective limit from the container's `cpu.max` (None = `max`).
+    pub limit_m: Option<f64>,
+}
+
+/// Input for one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodIn {
+    pub containers: Vec<ContainerIn>,
+    /// Limit from the pod cgroup's `cpu.max`.
+    pub limit_m: Option<f64>,
+    /// The pod cgroup's `cpu.weight`, used to share a contended node.
+    pub weight: f64,
+}
+
+/// What one container got in a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct ContainerOut {
+    pub demand_m: f64,
+    /// CPU it ran, in millicores.
+    pub got_m: f64,
+    /// Demand its own quota denied (0 when the quota does not bind).
+    pub own_throttled_m: f64,
+    /// Demand denied by the pod quota.
+    pub pod_throttled_m: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodOut {
+    pub containers: Vec<ContainerOut>,
+    /// Sum of container demand after container quotas, the load on the pod quota.
+    pub capped_m: f64,
+}
+
+/// Shares `capacity_m` over the pods: container quota, then pod quota, then the
+/// node by water-filling on pod weight (CFS gives each runnable group CPU in
+/// proportion to weight, and what a group does not use goes to the others).
+pub fn allocate(pods: &[PodIn], capacity_m: f64) -> Vec<PodOut> {
+    let mut outs: Vec<PodOut> = pods
+        .iter()
+        .map(|p| {
+            let mut cs: Vec<ContainerOut> = p
+                .containers
+                .iter()
+                .map(|c| {
+                    let d = c.demand_m.max(0.0);
+                    let capped = c.limit_m.map_or(d, |l| d.min(l.max(0.0)));
+                    ContainerOut {
+                        demand_m: d,
+                        got_m: capped,
+                        own_throttled_m: d - capped,
+                        pod_throttled_m: 0.0,
+                    }
+                })
+                .collect();
+            let capped: f64 = cs.iter().map(|c| c.got_m).sum();
+            if let Some(l) = p.limit_m
+                && capped > l
+                && capped > 0.0
+            {
+                let k = l.max(0.0) / capped;
+                for c in &mut cs {
+                    let g = c.got_m * k;
+                    c.pod_throttled_m = c.got_m - g;
+                    c.got_m = g;
+                }
+            }
+            PodOut {
+                containers: cs,
+                capped_m: capped,
+            }
+        })
+        .collect();
+
+    let wants: Vec<f64> = outs
+        .iter()
+        .map(|p| p.containers.iter().map(|c| c.got_m).sum())
+        .collect();
+    let grants = water_fill(
+        &wants,
+        &pods.iter().map(|p| p.weight.max(1.0)).collect::<Vec<_>>(),
+        capacity_m.max(0.0),
+    );
+    for ((out, want), grant) in outs.iter_mut().zip(&wants).zip(&grants) {
+        if *want > 0.0 && grant < want {
+            let k = grant / want;
+            for c in &mut out.containers {
+                c.got_m *= k;
+            }
+        }
+    }
+    outs
+}
+
+/// Max-min fair share of `capacity` over `wants`, weighted.
+pub fn water_fill(wants: &[f64], weights: &[f64], capacity: f64) -> Vec<f64> {
+    let mut grant = vec![0.0; wants.len()];
+    let mut open: Vec<usize> = (0..wants.len()).filter(|&i| wants[i] > 0.0).collect();
+    let mut left = capacity;
+    while !open.is_empty() && left > 1e-9 {
+        let wsum: f64 = open.iter().map(|&i| weights[i]).sum();
+        let mut satisfied = Vec::new();
+        for &i in &open {
+            let share = left * weights[i] / wsum;
+            if wants[i] - grant[i] <= share {
+                satisfied.push(i);
+            }
+        }
+        if satisfied.is_empty() {
+            for &i in &open {
+                grant[i] += left * weights[i] / wsum;
+            }
+            break;
+        }
+        for &i in &satisfied {
+            left -= wants[i] - grant[i];
+            grant[i] = wants[i];
+        }
+        open.retain(|i| !satisfied.contains(i));
+    }
+    grant
+}
+
+/// Stall fraction of a container's tasks in a tick: contention counts fully,
+/// CFS throttling counts `throttle_weight` (the kernel counts throttled tasks as
+/// stalled; the weight keeps throttling a smaller signal than node contention).
+pub fn stall_fraction(c: &ContainerOut, throttle_weight: f64) -> f64 {
+    if c.demand_m <= 0.0 {
+        return 0.0;
+    }
+    let throttled = c.own_throttled_m + c.pod_throttled_m;
+    let contended = (c.demand_m - throttled - c.got_m).max(0.0);
+    ((contended + throttle_weight * throttled) / c.demand_m).clamp(0.0, 1.0)
+}
+
+/// PSI `some`/`full` of a group from its members' stall fractions, members
+/// assumed independent: some = P(at least one stalls), full = P(all busy ones stall).
+pub fn group_stall(members: &[(f64, f64)]) -> (f64, f64) {
+    let busy: Vec<f64> = members
+        .iter()
+        .filter(|(d, _)| *d > 0.0)
+        .map(|(_, s)| *s)
+        .collect();
+    if busy.is_empty() {
+        return (0.0, 0.0);
+    }
+    let none = busy.iter().fold(1.0, |acc, s| acc * (1.0 - s));
+    let all = busy.iter().fold(1.0, |acc, s| acc * s);
+    (1.0 - none, all)
+}
+
+/// Running averages like the kernel's avg10/avg60/avg300, as fractions.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Averages {
+    pub avg10: f64,
+    pub avg60: f64,
+    pub avg300: f64,
+    pub total_us: f64,
+}
+
+impl Averages {
+    /// Exponential decay toward `stall` over `dt_s`, like the kernel's periodic
+    /// `avg = avg·e + sample·(1−e)`, done continuously.
+    pub fn advance(&mut self, stall: f64, dt_s: f64) {
+        let step = |avg: &mut f64, window: f64| {
+            let e = (-dt_s / window).exp();
+            *avg = *avg * e + stall * (1.0 - e);
+        };
+        step(&mut self.avg10, 10.0);
+        step(&mut self.avg60, 60.0);
+        step(&mut self.avg300, 300.0);
+        self.total_us += stall * dt_s * 1e6;
+    }
+}
+
+/// `cpu.stat` counters and `cpu.pressure` state of one cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct CgroupCounters {
+    pub usage_us: f64,
+    pub nr_periods: f64,
+    pub nr_throttled: f64,
+    pub throttled_us: f64,
+    pub some: Averages,
+    pub full: Averages,
+}
+
+impl CgroupCounters {
+    /// One tick: `got_m` ran for `dt_us`; `quota_bound` = (load on this cgroup's
+    /// quota, its limit) when the cgroup has a finite quota.
+    pub fn advance(
+        &mut self,
+        dt_us: f64,
+        period_us: f64,
+        got_m: f64,
+        quota_load: Option<(f64, f64)>,
+        stall: (f64, f64),
+    ) {
+        self.usage_us += got_m / 1000.0 * dt_us;
+        if let Some((load, limit)) = quota_load
+            && load > 0.0
+            && period_us > 0.0
+        {
+            let periods = dt_us / period_us;
+            self.nr_periods += periods;
+            if load > limit {
+                self.nr_throttled += periods;
+                // One run queue's view: the share of each period spent throttled.
+                self.throttled_us += dt_us * (1.0 - limit / load).clamp(0.0, 1.0);
+            }
+        }
+        self.some.advance(stall.0, dt_us / 1e6);
+        self.full.advance(stall.1, dt_us / 1e6);
+    }
+
+    /// `cpu.stat` file content (user/system split 9:1).
+    pub fn cpu_stat(&self) -> String {
+        let usage = self.usage_us as u64;
+        let system = usage / 10;
+        format!(
+            "usage_usec {usage}\nuser_usec {}\nsystem_usec {system}\nnr_periods {}\nnr_throttled {}\nthrottled_usec {}\nnr_bursts 0\nburst_usec 0\n",
+            usage - system,
+            self.nr_periods as u64,
+            self.nr_throttled as u64,
+            self.throttled_us as u64,
+        )
+    }
+
+    /// `cpu.pressure` file content.
+    pub fn cpu_pressure(&self) -> String {
+        let line = |name: &str, a: &Averages| {
+            format!(
+                "{name} avg10={:.2} avg60={:.2} avg300={:.2} total={}\n",
+                a.avg10 * 100.0,
+                a.avg60 * 100.0,
+                a.avg300 * 100.0,
+                a.total_us as u64
+            )
+        };
+        format!("{}{}", line("some", &self.some), line("full", &self.full))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(demands: &[(f64, Option<f64>)], limit: Option<f64>, weight: f64) -> PodIn {
+        PodIn {
+            containers: demands
+                .iter()
+                .map(|&(demand_m, limit_m)| ContainerIn { demand_m, limit_m })
+                .collect(),
+            limit_m: limit,
+            weight,
+        }
+    }
+
+    #[test]
+    fn container_limit_caps_and_counts_throttle() {
+        let out = allocate(&[pod(&[(800.0, Some(500.0))], None, 10.0)], 4000.0);
+        let c = out[0].containers[0];
+        assert_eq!(c.got_m, 500.0);
+        assert_eq!(c.own_throttled_m, 300.0);
+    }
+
+    #[test]
+    fn pod_limit_scales_containers() {
+        let out = allocate(
+            &[pod(&[(400.0, None), (400.0, None)], Some(400.0), 10.0)],
+            4000.0,
+        );
+        assert_eq!(out[0].containers[0].got_m, 200.0);
+        assert_eq!(out[0].containers[1].pod_throttled_m, 200.0);
+    }
+
+    #[test]
+    fn contention_water_fills_by_weight() {
+        let pods = [
+            pod(&[(3000.0, None)], None, 10.0),
+            pod(&[(3000.0, None)], None, 30.0),
+            pod(&[(100.0, None)], None, 4.0),
+        ];
+        let out = allocate(&pods, 2100.0);
+        let got: Vec<f64> = out.iter().map(|p| p.containers[0].got_m).collect();
+        assert!((got[2] - 100.0).abs() < 1e-6);
+        assert!((got[0] - 500.0).abs() < 1e-6);
+        assert!((got[1] - 1500.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn throttling_stalls_less_than_contention() {
+        let throttled = ContainerOut {
+            demand_m: 1000.0,
+            got_m: 500.0,
+            own_throttled_m: 500.0,
+            pod_throttled_m: 0.0,
+        };
+        let contended = ContainerOut {
+            demand_m: 1000.0,
+            got_m: 500.0,
+            own_throttled_m: 0.0,
+            pod_throttled_m: 0.0,
+        };
+        assert!((stall_fraction(&throttled, 0.25) - 0.125).abs() < 1e-9);
+        assert!((stall_fraction(&contended, 0.25) - 0.5).abs() < 1e-9);
+        let (some, full) = group_stall(&[(1.0, 0.5), (1.0, 0.5), (0.0, 1.0)]);
+        assert!((some - 0.75).abs() < 1e-9 && (full - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn averages_converge_and_stat_text_is_kernel_shaped() {
+        let mut c = CgroupCounters::default();
+        for _ in 0..600 {
+            c.advance(
+                100_000.0,
+                100_000.0,
+                500.0,
+                Some((800.0, 500.0)),
+                (1.0, 0.5),
+            );
+        }
+        assert!(c.some.avg10 > 0.99 && c.some.avg300 < c.some.avg60);
+        assert_eq!(c.nr_periods as u64, 600);
+        assert_eq!(c.nr_throttled as u64, 600);
+        assert!(
+            c.cpu_stat()
+                .starts_with("usage_usec 30000000\nuser_usec 27000000\n")
+        );
+        assert!(c.cpu_pressure().starts_with("some avg10=99.75 avg60="));
+        assert!(c.cpu_pressure().contains("\nfull avg10="));
+    }
+}
