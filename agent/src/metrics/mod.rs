@@ -1,2 +1,11 @@
 //! Prometheus metrics: the registry of every `headroom_` family and the HTTP
 //! server (`/metrics`, `/healthz`, `/readyz`).
+
+pub mod registry;
+pub mod server;
+
+pub use registry::{Direction, Metrics, NodeValues, PatchErrorClass, PodValues, ResizeResult};
+pub use server::{DEFAULT_ADDR, Readiness, bind, serve, serve_listener};
+
+#[cfg(test)]
+mod tests;

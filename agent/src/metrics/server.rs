@@ -1,0 +1,158 @@
+//! A bare hyper 1 HTTP/1 server: `/metrics`, `/healthz`, `/readyz`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+
+use crate::metrics::registry::Metrics;
+
+/// Default `--metrics-addr`, as in deploy/base. 9464 is also the
+/// OpenTelemetry SDK exporter's default, but the agent runs in its own pod
+/// network namespace (no hostNetwork), so nothing else binds it there; see
+/// docs/metrics.md.
+pub const DEFAULT_ADDR: &str = "0.0.0.0:9464";
+
+const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Shared readiness: ready once the pod watch has synced and the first
+/// cgroup scan is done. Set by the run loop, read by `/readyz`.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    pods_synced: AtomicBool,
+    first_scan_done: AtomicBool,
+}
+
+impl Readiness {
+    pub fn set_pods_synced(&self) {
+        self.pods_synced.store(true, Ordering::Release);
+    }
+
+    pub fn set_first_scan_done(&self) {
+        self.first_scan_done.store(true, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.pods_synced.load(Ordering::Acquire) && self.first_scan_done.load(Ordering::Acquire)
+    }
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Routes one request; pure apart from reading the shared state.
+pub fn respond<B>(
+    req: &Request<B>,
+    metrics: &Metrics,
+    readiness: &Readiness,
+) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        let mut r = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+        r.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    match req.uri().path() {
+        "/metrics" => {
+            let openmetrics = req
+                .headers()
+                .get_all(ACCEPT)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .any(|v| v.contains("application/openmetrics-text"));
+            let (body, ct) = if openmetrics {
+                (metrics.encode_openmetrics(), OPENMETRICS_CONTENT_TYPE)
+            } else {
+                (metrics.encode_prometheus(), PROMETHEUS_CONTENT_TYPE)
+            };
+            let mut r = text(StatusCode::OK, body);
+            r.headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+            r
+        }
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" if readiness.is_ready() => text(StatusCode::OK, "ready\n"),
+        "/readyz" => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: waiting for pod watch sync and first cgroup scan\n",
+        ),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// Binds `addr` (port 0 picks a free port; see `local_addr()`).
+pub async fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Binds and serves until `shutdown` resolves.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    serve_listener(bind(addr).await?, metrics, readiness, shutdown).await
+}
+
+/// Serves on a bound listener until `shutdown` resolves; connections in
+/// flight finish on their own tasks.
+pub async fn serve_listener(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // Per-connection errors (EMFILE, ECONNABORTED) must not
+                // stop the server.
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let metrics = metrics.clone();
+        let readiness = readiness.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let r = respond(&req, &metrics, &readiness);
+                async move { Ok::<_, Infallible>(r) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                // Slow clients cannot hold a connection open forever.
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "metrics: connection error");
+            }
+        });
+    }
+}

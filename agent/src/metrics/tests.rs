@@ -1,0 +1,302 @@
+//! Scrapes a real server over TCP and parses the body with a Prometheus
+//! text parser.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus_parse::{Sample, Scrape, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+
+use super::*;
+use crate::verify::Target;
+
+struct Reply {
+    status: u16,
+    content_type: String,
+    body: String,
+}
+
+async fn get(addr: SocketAddr, path: &str, accept: Option<&str>) -> Reply {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{accept}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).await.unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    Reply {
+        status,
+        content_type,
+        body: body.to_string(),
+    }
+}
+
+async fn start(metrics: Arc<Metrics>, ready: Arc<Readiness>) -> (SocketAddr, oneshot::Sender<()>) {
+    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(serve_listener(listener, metrics, ready, async {
+        let _ = rx.await;
+    }));
+    (addr, tx)
+}
+
+fn parse(body: &str) -> Scrape {
+    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap()
+}
+
+fn find<'a>(s: &'a Scrape, metric: &str, labels: &[(&str, &str)]) -> Vec<&'a Sample> {
+    s.samples
+        .iter()
+        .filter(|x| x.metric == metric && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .collect()
+}
+
+fn value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let found = find(s, metric, labels);
+    assert_eq!(found.len(), 1, "{metric} {labels:?}: {found:?}");
+    match &found[0].value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+        other => panic!("{metric}: not a scalar: {other:?}"),
+    }
+}
+
+fn filled() -> Arc<Metrics> {
+    let m = Arc::new(Metrics::new("1.2.3"));
+    m.set_node(&NodeValues {
+        capacity_millicores: 4000.0,
+        usage_millicores: 1250.5,
+        real_slack_millicores: 2000.0,
+        booked_slack_millicores: 500.0,
+        pressure_some_ratio: 0.12,
+        pressure_full_ratio: Some(0.03),
+    });
+    m.set_pod(
+        "ns",
+        "web",
+        &PodValues {
+            request_millicores: 200.0,
+            limit_millicores: Some(800.0),
+            target_millicores: Some(900.0),
+            usage_millicores: 450.0,
+            throttled_ratio: 0.25,
+        },
+    );
+    m.resize(ResizeResult::applied, Direction::raise);
+    m.resize(ResizeResult::applied, Direction::raise);
+    m.resize(ResizeResult::refused, Direction::lower);
+    m.resize_verified(Direction::raise, 1.5);
+    m.patch_error(PatchErrorClass::conflict);
+    m.set_drift("ns", "web", &Target::Container("app".into()), true);
+    m.set_drift("ns", "web", &Target::Pod, true);
+    m.drift_detected(&Target::Pod);
+    m.set_pod_states(3, &HashMap::from([("not-burstable".to_string(), 2usize)]));
+    m.scan_duration.observe(0.001);
+    m
+}
+
+#[tokio::test]
+async fn scrape_parses_and_reports_set_values() {
+    let m = filled();
+    let (addr, _stop) = start(m, Arc::new(Readiness::default())).await;
+    let r = get(addr, "/metrics", None).await;
+    assert_eq!(r.status, 200);
+    assert!(r.content_type.starts_with("text/plain; version=0.0.4"));
+    let s = parse(&r.body);
+    assert_eq!(value(&s, "headroom_node_capacity_millicores", &[]), 4000.0);
+    assert_eq!(value(&s, "headroom_node_usage_millicores", &[]), 1250.5);
+    assert_eq!(
+        value(&s, "headroom_node_real_slack_millicores", &[]),
+        2000.0
+    );
+    assert_eq!(
+        value(&s, "headroom_node_booked_slack_millicores", &[]),
+        500.0
+    );
+    assert_eq!(value(&s, "headroom_node_pressure_some_ratio", &[]), 0.12);
+    assert_eq!(value(&s, "headroom_node_pressure_full_ratio", &[]), 0.03);
+    let pod = [("namespace", "ns"), ("pod", "web")];
+    assert_eq!(
+        value(&s, "headroom_pod_cpu_request_millicores", &pod),
+        200.0
+    );
+    assert_eq!(value(&s, "headroom_pod_cpu_limit_millicores", &pod), 800.0);
+    assert_eq!(value(&s, "headroom_pod_cpu_target_millicores", &pod), 900.0);
+    assert_eq!(value(&s, "headroom_pod_cpu_usage_millicores", &pod), 450.0);
+    assert_eq!(value(&s, "headroom_pod_cpu_throttled_ratio", &pod), 0.25);
+    let applied = [("result", "applied"), ("direction", "raise")];
+    assert_eq!(value(&s, "headroom_resizes_total", &applied), 2.0);
+    let refused = [("result", "refused"), ("direction", "lower")];
+    assert_eq!(value(&s, "headroom_resizes_total", &refused), 1.0);
+    let verified = [("result", "verified"), ("direction", "raise")];
+    assert_eq!(value(&s, "headroom_resizes_total", &verified), 1.0);
+    assert_eq!(
+        value(&s, "headroom_patch_errors_total", &[("class", "conflict")]),
+        1.0
+    );
+    let app = [("namespace", "ns"), ("pod", "web"), ("container", "app")];
+    assert_eq!(value(&s, "headroom_cgroup_drift", &app), 1.0);
+    assert_eq!(find(&s, "headroom_cgroup_drift", &pod).len(), 2);
+    assert_eq!(
+        value(
+            &s,
+            "headroom_cgroup_drift_events_total",
+            &[("cgroup", "pod")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&s, "headroom_pods", &[("state", "managed")]), 3.0);
+    let unmanaged = [("state", "unmanaged"), ("reason", "not-burstable")];
+    assert_eq!(value(&s, "headroom_pods", &unmanaged), 2.0);
+    assert_eq!(
+        value(&s, "headroom_build_info", &[("version", "1.2.3")]),
+        1.0
+    );
+    let lat = find(&s, "headroom_resize_verification_latency_seconds", &[]);
+    let Value::Histogram(buckets) = &lat[0].value else {
+        panic!("latency is not a histogram: {lat:?}");
+    };
+    let le2 = buckets.iter().find(|b| b.less_than == 2.0).unwrap();
+    let le1 = buckets.iter().find(|b| b.less_than == 1.0).unwrap();
+    assert_eq!((le1.count, le2.count), (0.0, 1.0));
+    assert!(!find(&s, "headroom_scan_duration_seconds", &[]).is_empty());
+    assert!(!find(&s, "headroom_decision_duration_seconds", &[]).is_empty());
+}
+
+#[tokio::test]
+async fn openmetrics_is_served_when_asked_for() {
+    let (addr, _stop) = start(filled(), Arc::new(Readiness::default())).await;
+    let r = get(
+        addr,
+        "/metrics",
+        Some("application/openmetrics-text;version=1.0.0"),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(r.content_type.starts_with("application/openmetrics-text"));
+    assert_eq!(r.body.lines().last(), Some("# EOF"));
+}
+
+#[tokio::test]
+async fn vanished_pod_drops_its_series() {
+    let m = filled();
+    m.set_pod("ns", "other", &PodValues::default());
+    m.remove_pod("ns", "web");
+    let (addr, _stop) = start(m.clone(), Arc::new(Readiness::default())).await;
+    let s = parse(&get(addr, "/metrics", None).await.body);
+    let web = [("pod", "web")];
+    for f in [
+        "headroom_pod_cpu_request_millicores",
+        "headroom_pod_cpu_limit_millicores",
+        "headroom_pod_cpu_target_millicores",
+        "headroom_pod_cpu_usage_millicores",
+        "headroom_pod_cpu_throttled_ratio",
+        "headroom_cgroup_drift",
+    ] {
+        assert!(find(&s, f, &web).is_empty(), "{f} still has pod web");
+    }
+    assert_eq!(
+        find(
+            &s,
+            "headroom_pod_cpu_request_millicores",
+            &[("pod", "other")]
+        )
+        .len(),
+        1
+    );
+    // The node-level drift counter survives the pod.
+    assert_eq!(
+        value(
+            &s,
+            "headroom_cgroup_drift_events_total",
+            &[("cgroup", "pod")]
+        ),
+        1.0
+    );
+}
+
+#[test]
+fn retain_pods_sweeps_pods_not_live() {
+    let m = Metrics::new("t");
+    m.set_pod("a", "keep", &PodValues::default());
+    m.set_pod("a", "gone", &PodValues::default());
+    m.set_drift("a", "gone2", &Target::Pod, true);
+    m.retain_pods(&HashSet::from([("a".to_string(), "keep".to_string())]));
+    let s = parse(&m.encode_prometheus());
+    assert_eq!(
+        find(&s, "headroom_pod_cpu_request_millicores", &[]).len(),
+        1
+    );
+    assert!(find(&s, "headroom_cgroup_drift", &[]).is_empty());
+}
+
+#[test]
+fn cleared_drift_removes_the_gauge_and_unset_limit_removes_its_series() {
+    let m = Metrics::new("t");
+    m.set_drift("a", "p", &Target::Pod, true);
+    m.set_drift("a", "p", &Target::Pod, false);
+    m.set_pod(
+        "a",
+        "p",
+        &PodValues {
+            limit_millicores: Some(500.0),
+            ..Default::default()
+        },
+    );
+    m.set_pod("a", "p", &PodValues::default());
+    let s = parse(&m.encode_prometheus());
+    assert!(find(&s, "headroom_cgroup_drift", &[]).is_empty());
+    assert!(find(&s, "headroom_pod_cpu_limit_millicores", &[]).is_empty());
+}
+
+#[tokio::test]
+async fn healthz_is_ok_and_readyz_waits_for_sync_and_scan() {
+    let ready = Arc::new(Readiness::default());
+    let (addr, _stop) = start(Arc::new(Metrics::new("t")), ready.clone()).await;
+    assert_eq!(get(addr, "/healthz", None).await.status, 200);
+    assert_eq!(get(addr, "/readyz", None).await.status, 503);
+    ready.set_pods_synced();
+    assert_eq!(get(addr, "/readyz", None).await.status, 503);
+    ready.set_first_scan_done();
+    assert_eq!(get(addr, "/readyz", None).await.status, 200);
+    assert_eq!(get(addr, "/nope", None).await.status, 404);
+}
+
+#[tokio::test]
+async fn non_get_is_refused() {
+    let req = hyper::Request::post("/metrics").body(()).unwrap();
+    let r = server::respond(&req, &Metrics::new("t"), &Readiness::default());
+    assert_eq!(r.status(), 405);
+}
+
+#[tokio::test]
+async fn shutdown_stops_accepting() {
+    let (addr, stop) = start(Arc::new(Metrics::new("t")), Arc::new(Readiness::default())).await;
+    assert_eq!(get(addr, "/healthz", None).await.status, 200);
+    stop.send(()).unwrap();
+    // Once the serve task has returned, the listener is closed.
+    let mut refused = false;
+    for _ in 0..100 {
+        if TcpStream::connect(addr).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(refused);
+}
