@@ -989,3 +989,58 @@ proptest! {
         prop_assert_eq!(fwd.len(), pods.len());
     }
 }
+
+fn arb_items() -> impl Strategy<Value = Vec<waterfill::FillItem>> {
+    proptest::collection::vec((1u64..3000, 0u64..500, 0u64..6000), 1..12).prop_map(|v| {
+        v.into_iter()
+            .map(|(r, f, c)| waterfill::FillItem {
+                request_m: r,
+                floor_m: r + f,
+                ceiling_m: r + f + c,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #[test]
+    fn fill_is_monotonic_in_budget(items in arb_items(), b1 in 0u64..40_000, b2 in 0u64..40_000) {
+        let lo = waterfill::fill(&items, b1.min(b2), 10);
+        let hi = waterfill::fill(&items, b1.max(b2), 10);
+        for (l, h) in lo.iter().zip(&hi) {
+            prop_assert!(l <= h);
+        }
+    }
+
+    #[test]
+    fn fill_stays_in_bounds_and_wastes_under_a_quantum(items in arb_items(), budget in 0u64..40_000) {
+        let t = waterfill::fill(&items, budget, 10);
+        let floors: Millis = items.iter().map(|i| i.floor_m - i.request_m).sum();
+        let spent: Millis = t.iter().zip(&items).map(|(t, i)| t - i.request_m).sum();
+        prop_assert!(spent <= budget.max(floors));
+        let all_capped = t.iter().zip(&items).all(|(t, i)| *t == i.ceiling_m);
+        if budget >= floors && !all_capped {
+            prop_assert!(budget - spent < 10, "budget {} spent {}", budget, spent);
+        }
+        for (t, i) in t.iter().zip(&items) {
+            prop_assert!(i.floor_m <= *t && *t <= i.ceiling_m);
+        }
+    }
+
+    #[test]
+    fn applied_plan_converges_with_no_further_patches(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
+        let (n, ds) = run(&pods, cap, usage, psi, 100);
+        let cfg = PolicyConfig::default();
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let after: Vec<PodView> = pods
+            .iter()
+            .map(|p| match out.patches.iter().find(|pp| pp.uid == p.uid) {
+                Some(pp) => apply(p, pp),
+                None => p.clone(),
+            })
+            .collect();
+        let (n2, ds2) = run(&after, cap, usage, psi, 100);
+        let again = plan(&n2, &ds2, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        prop_assert!(again.patches.is_empty(), "{:?}", again.patches);
+    }
+}
