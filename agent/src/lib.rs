@@ -3,9 +3,11 @@
 //! observe (cgroup, slack) → decide (policy) → act (kube) → verify (verify).
 
 pub mod cgroup;
+pub mod kube;
 pub mod metrics;
 pub mod model;
 pub mod policy;
 pub mod quantity;
+pub mod reconcile;
 pub mod slack;
 pub mod verify;

@@ -4,6 +4,8 @@
 
 use std::process::ExitCode;
 
+pub mod explain;
+pub mod run;
 pub mod slack;
 
 #[derive(Debug, clap::Subcommand)]
@@ -11,11 +13,18 @@ pub enum Command {
     /// Sample the node's cgroups twice and print capacity, usage, real slack
     /// and every pod's CPU limits as the cgroups hold them.
     Slack(slack::Args),
+    /// Run the node agent: resize opted-in pods of this node, verify cgroups,
+    /// serve metrics.
+    Run(run::Args),
+    /// Explain what the agent would do with one pod of this node, and why.
+    Explain(explain::Args),
 }
 
 pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
         Command::Slack(a) => slack::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Explain(a) => explain::run(a),
     }
 }
 

@@ -1,0 +1,195 @@
+//! `headroom-agent explain NAMESPACE/POD`: one decision round, as the agent
+//! would compute it now, shown for one pod of this node. Stateless: floors
+//! learned from refusals and cooldowns live only in the running agent.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use headroom::cgroup;
+use headroom::model::PodView;
+use headroom::quantity;
+use headroom::reconcile::{mark_roles, observe_round};
+use headroom::slack::{self, CapacityInputs};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::Api;
+use kube::api::ListParams;
+
+use super::{parse_cpu, parse_duration};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pod, as NAMESPACE/NAME.
+    pub pod: String,
+    /// This node; default: the pod's own node (run it on that node).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    #[arg(long, default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+    #[arg(long, env = "HEADROOM_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Time between the two cgroup samples.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Policy config file, as for `run`.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[arg(long, value_parser = parse_cpu)]
+    pub node_allocatable: Option<u64>,
+    /// One JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(explain(a))
+}
+
+async fn explain(a: Args) -> anyhow::Result<ExitCode> {
+    let Some((ns, name)) = a.pod.split_once('/') else {
+        bail!("expected NAMESPACE/POD, got {:?}", a.pod);
+    };
+    let policy = {
+        let mut cfg = headroom::policy::PolicyConfig::default();
+        if let Some(p) = &a.config {
+            let text = std::fs::read_to_string(p)?;
+            cfg = if p.extension().is_some_and(|e| e == "json") {
+                serde_json::from_str(&text)?
+            } else {
+                toml::from_str(&text)?
+            };
+        }
+        cfg
+    };
+    let client = super::run::client(a.kubeconfig.as_ref()).await?;
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .with_context(|| format!("reading pod {ns}/{name}"))?;
+    let pod_node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+    let node_name = match (a.node_name.clone(), pod_node) {
+        (Some(n), Some(p)) if n != p => {
+            bail!("pod {ns}/{name} runs on node {p}, not on {n}: explain it on its own node")
+        }
+        (_, Some(p)) => p,
+        (_, None) => bail!("pod {ns}/{name} is not bound to a node"),
+    };
+    let layout = cgroup::discover(&a.cgroup_root)
+        .with_context(|| format!("cgroup root {}", a.cgroup_root.display()))?;
+    let lp = ListParams::default().fields(&format!("spec.nodeName={node_name}"));
+    let pods = Api::<Pod>::all(client.clone()).list(&lp).await?;
+    let views: Vec<PodView> = pods
+        .items
+        .iter()
+        .filter_map(|p| PodView::try_from(p).ok())
+        .collect();
+    let allocatable = Api::<Node>::all(client.clone())
+        .get_opt(&node_name)
+        .await?
+        .and_then(|n| {
+            n.status?
+                .allocatable?
+                .get("cpu")
+                .and_then(|q| quantity::cpu_millis(&q.0).ok())
+        })
+        .or(a.node_allocatable);
+    let opted: HashSet<String> = Api::<Namespace>::all(client)
+        .list(&ListParams::default().labels(&format!("{}=true", headroom::model::ANN_MANAGED)))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+
+    let t0 = Instant::now();
+    let mut prev = cgroup::scan(&a.cgroup_root, &layout, 0)?;
+    tokio::time::sleep(a.interval).await;
+    let mut cur = cgroup::scan(&a.cgroup_root, &layout, t0.elapsed().as_micros() as u64)?;
+    mark_roles(&mut prev.pods, &views);
+    mark_roles(&mut cur.pods, &views);
+    let s = slack::measure(
+        &prev,
+        &cur,
+        CapacityInputs {
+            node_allocatable_m: allocatable,
+            online_cpus: slack::online_cpus(),
+        },
+    );
+    let round = observe_round(
+        &node_name,
+        &views,
+        &s,
+        &opted,
+        &Default::default(),
+        None,
+        &policy,
+    );
+    let Some(d) = round
+        .decisions
+        .iter()
+        .find(|d| d.namespace == ns && d.name == name)
+    else {
+        bail!("pod {ns}/{name} is not readable as a pod of node {node_name}");
+    };
+    if a.json {
+        let out = serde_json::json!({ "node": round.node, "pod": d, "reason": d.reason.map(|r| r.reason()) });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let m = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v}m"));
+    println!("pod {ns}/{name} on node {node_name}");
+    match d.reason {
+        None => println!(
+            "  managed:        yes ({:?} level)",
+            d.level.map(|l| format!("{l:?}")).unwrap_or_default()
+        ),
+        Some(r) => println!("  managed:        no — {} ({})", r.reason(), r.describe()),
+    }
+    println!("  request:        {}m", d.request_m);
+    println!("  usage:          {}m", d.usage_m);
+    println!("  floor:          {}", m(d.floor_m()));
+    println!("  ceiling:        {}", m(d.ceiling_m));
+    println!(
+        "  current limit:  {}",
+        if d.managed {
+            m(d.current_limit_m).replace('-', "unlimited")
+        } else {
+            "-".into()
+        }
+    );
+    println!("  share of slack: {}m", d.share_m);
+    println!("  target:         {}", m(d.target_m));
+    for c in &d.containers {
+        println!(
+            "    container {}: request {}m, limit {}, target {}m",
+            c.name,
+            c.request_m,
+            m(c.current_limit_m),
+            c.target_m
+        );
+    }
+    let n = &round.node;
+    println!(
+        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, pressure some avg10 {:.1}%{}, damping {:.2}, slack {}m over {} managed pods",
+        n.capacity_m,
+        n.usage_m,
+        n.other_usage_m,
+        n.reserve_m,
+        n.raw_slack_m,
+        n.pressure_some_avg10,
+        if n.pressure_explained_by_throttling {
+            " (explained by throttling)"
+        } else {
+            ""
+        },
+        n.damping_factor,
+        n.slack_m,
+        n.managed_pods
+    );
+    Ok(ExitCode::SUCCESS)
+}

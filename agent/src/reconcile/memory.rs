@@ -1,0 +1,153 @@
+//! What the reconciler remembers between ticks, per pod and node-wide.
+//! Pure data with explicit time, so every retry/backoff rule is unit-tested.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::kube::classify::backoff;
+use crate::model::Millis;
+use crate::policy::PodMemory;
+
+/// Per-pod retry state after a failed patch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    pub attempts: u32,
+    pub until: Duration,
+}
+
+/// How long a pod waits after a refusal that taught nothing (no floor):
+/// retrying the same value would be refused again.
+pub const REFUSAL_HOLD: Duration = Duration::from_secs(300);
+const BASE: Duration = Duration::from_secs(1);
+const CAP: Duration = Duration::from_secs(120);
+/// A 403 stops all patching for this long (then one try, doubling).
+const FORBIDDEN_BASE: Duration = Duration::from_secs(30);
+const FORBIDDEN_CAP: Duration = Duration::from_secs(600);
+
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// Last accepted patch per uid (cooldown for raises).
+    pub patches: HashMap<String, PodMemory>,
+    /// Floors learned from refusals, per uid.
+    pub floors: HashMap<String, Millis>,
+    pub backoff: HashMap<String, Backoff>,
+    /// Node-wide stop after a 403 (RBAC or admission): a configuration alarm.
+    pub forbidden: Option<Backoff>,
+    /// Pod-level resize support, by pod shape (`dryRun=All` probe result).
+    pub pod_level_probe: HashMap<String, bool>,
+    /// Last dry-run target logged per uid (log changes only).
+    pub dry_run_logged: HashMap<String, Millis>,
+}
+
+impl Memory {
+    pub fn may_patch(&self, uid: &str, now: Duration) -> bool {
+        self.forbidden.is_none_or(|f| now >= f.until)
+            && self.backoff.get(uid).is_none_or(|b| now >= b.until)
+    }
+
+    pub fn learn_floor(&mut self, uid: &str, floor_m: Millis) {
+        let f = self.floors.entry(uid.to_string()).or_insert(0);
+        *f = (*f).max(floor_m);
+    }
+
+    /// A transient failure: exponential backoff with jitter (`rand01` ∈ [0,1]).
+    pub fn transient(&mut self, uid: &str, now: Duration, rand01: f64) -> Duration {
+        let b = self.backoff.entry(uid.to_string()).or_insert(Backoff {
+            attempts: 0,
+            until: now,
+        });
+        let d = backoff(b.attempts, BASE, CAP, rand01);
+        b.attempts = b.attempts.saturating_add(1);
+        b.until = now + d;
+        d
+    }
+
+    /// A refusal without a learned floor: hold the pod for [`REFUSAL_HOLD`].
+    pub fn refused(&mut self, uid: &str, now: Duration) {
+        let b = self.backoff.entry(uid.to_string()).or_insert(Backoff {
+            attempts: 0,
+            until: now,
+        });
+        b.attempts = b.attempts.saturating_add(1);
+        b.until = now + REFUSAL_HOLD;
+    }
+
+    pub fn succeeded(&mut self, uid: &str) {
+        self.backoff.remove(uid);
+        self.forbidden = None;
+    }
+
+    /// A 403: stop patching node-wide, doubling the pause each time.
+    pub fn forbidden(&mut self, now: Duration) -> Duration {
+        let attempts = self.forbidden.map_or(0, |f| f.attempts.saturating_add(1));
+        let d = FORBIDDEN_BASE
+            .saturating_mul(1 << attempts.min(10))
+            .min(FORBIDDEN_CAP);
+        self.forbidden = Some(Backoff {
+            attempts,
+            until: now + d,
+        });
+        d
+    }
+
+    /// Drops everything about a pod that is gone.
+    pub fn forget(&mut self, uid: &str) {
+        self.patches.remove(uid);
+        self.floors.remove(uid);
+        self.backoff.remove(uid);
+        self.dry_run_logged.remove(uid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn transient_failures_back_off_and_grow() {
+        let mut m = Memory::default();
+        let d1 = m.transient("a", S(10), 1.0);
+        assert!(!m.may_patch("a", S(10)));
+        assert!(m.may_patch("a", S(10) + d1));
+        let d2 = m.transient("a", S(20), 1.0);
+        assert!(d2 > d1);
+        assert!(m.may_patch("b", S(10)), "other pods are not held");
+        m.succeeded("a");
+        assert!(m.may_patch("a", S(20)));
+    }
+
+    #[test]
+    fn refusal_holds_the_pod() {
+        let mut m = Memory::default();
+        m.refused("a", S(0));
+        assert!(!m.may_patch("a", S(299)));
+        assert!(m.may_patch("a", S(300)));
+    }
+
+    #[test]
+    fn forbidden_stops_every_pod_and_doubles() {
+        let mut m = Memory::default();
+        let d1 = m.forbidden(S(0));
+        assert!(!m.may_patch("x", S(1)));
+        assert!(m.may_patch("x", d1));
+        let d2 = m.forbidden(d1);
+        assert_eq!(d2, d1 * 2);
+        let mut last = d2;
+        for _ in 0..20 {
+            last = m.forbidden(S(0));
+        }
+        assert_eq!(last, FORBIDDEN_CAP);
+    }
+
+    #[test]
+    fn learned_floors_only_rise_and_are_forgotten() {
+        let mut m = Memory::default();
+        m.learn_floor("a", 400);
+        m.learn_floor("a", 300);
+        assert_eq!(m.floors["a"], 400);
+        m.forget("a");
+        assert!(!m.floors.contains_key("a"));
+    }
+}

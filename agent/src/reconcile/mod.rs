@@ -1,0 +1,633 @@
+//! The reconciler: one tick = observe (scan cgroups, measure slack) →
+//! decide (pure policy) → act (resize patches) → verify (re-read cpu.max of
+//! patched pods; audit every pod for drift). All I/O of a tick is here; the
+//! rules live in `policy`, `verify` and [`memory`].
+
+pub mod memory;
+pub mod round;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+
+use crate::cgroup::{self, Layout, NodeSnapshot, PodCgroup};
+use crate::kube::classify::Outcome;
+use crate::kube::events::{
+    EventSink, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED,
+};
+use crate::kube::patch::{ContainerLimit, LimitChange};
+use crate::kube::resize;
+use crate::kube::watch::Caches;
+use crate::metrics::{self, Metrics, PatchErrorClass, ResizeResult};
+use crate::model::{ContainerKind, Millis, PodView};
+use crate::policy::{Direction, PatchKind, PatchPlan, PolicyConfig, TokenBucket, Unmanaged};
+use crate::slack::{self, CapacityInputs, NodeSlack};
+use crate::verify::{self, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker};
+
+use memory::Memory;
+pub use round::{Round, observe_round};
+
+/// Settings of the `run` loop (flags of `headroom-agent run`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub node_name: String,
+    pub cgroup_root: PathBuf,
+    pub tick: Duration,
+    pub dry_run: bool,
+    pub policy: PolicyConfig,
+    /// Fallback allocatable when the Node is not cached yet.
+    pub node_allocatable_m: Option<Millis>,
+    pub audit_interval: Duration,
+    pub drift_grace: Duration,
+    pub event_interval: Duration,
+}
+
+/// The agent's state across ticks.
+pub struct Agent {
+    pub settings: Settings,
+    pub layout: Layout,
+    caches: Caches,
+    api: Api<Pod>,
+    events: EventSink,
+    pub metrics: Arc<Metrics>,
+    memory: Memory,
+    bucket: TokenBucket,
+    drift: DriftTracker,
+    resizes: ResizeTracker,
+    /// Direction of each in-flight resize, for the verified/unverified metric.
+    inflight_dir: HashMap<String, Direction>,
+    prev: Option<NodeSnapshot>,
+    last_audit: Option<Duration>,
+    audit_requested: bool,
+    pod_level_supported: Option<bool>,
+    started: Instant,
+    online_cpus: u64,
+    rng: u64,
+}
+
+impl Agent {
+    pub fn new(
+        settings: Settings,
+        layout: Layout,
+        caches: Caches,
+        client: kube::Client,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let events = EventSink::new(client.clone(), &settings.node_name, settings.event_interval);
+        let bucket = TokenBucket::from_config(&settings.policy);
+        let drift = DriftTracker::new(settings.drift_grace);
+        let resizes = ResizeTracker::new(settings.drift_grace);
+        Self {
+            layout,
+            caches,
+            api: Api::all(client),
+            events,
+            metrics,
+            memory: Memory::default(),
+            bucket,
+            drift,
+            resizes,
+            inflight_dir: HashMap::new(),
+            prev: None,
+            last_audit: None,
+            audit_requested: true,
+            pod_level_supported: None,
+            started: Instant::now(),
+            online_cpus: slack::online_cpus(),
+            rng: 0x9E37_79B9_7F4A_7C15 ^ std::process::id() as u64,
+            settings,
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// xorshift: jitter for backoff, no crate needed.
+    fn rand01(&mut self) -> f64 {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// An inotify event (or overflow) asks for an audit at the next tick.
+    pub fn request_audit(&mut self) {
+        self.audit_requested = true;
+    }
+
+    /// The latest snapshot (for the inotify watch set).
+    pub fn snapshot(&self) -> Option<&NodeSnapshot> {
+        self.prev.as_ref()
+    }
+
+    /// Pods of this node as views; pods that cannot be read are skipped
+    /// and logged (never fatal).
+    fn views(&self) -> Vec<PodView> {
+        let mut out = Vec::new();
+        for p in self.caches.pods() {
+            // The field selector already scopes the watch; this guards the
+            // invariant that no other node's pod is ever considered.
+            if p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                != Some(self.settings.node_name.as_str())
+            {
+                continue;
+            }
+            match PodView::try_from(p.as_ref()) {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    tracing::warn!(pod = ?p.metadata.name, error = %e, "skipping unreadable pod")
+                }
+            }
+        }
+        out
+    }
+
+    /// One tick. Returns the round for callers that want to show it.
+    pub async fn tick(&mut self) -> Option<Round> {
+        let now = self.now();
+        let t_scan = Instant::now();
+        let mut snap = match cgroup::scan(
+            &self.settings.cgroup_root,
+            &self.layout,
+            now.as_micros() as u64,
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cgroup scan failed; skipping this tick");
+                return None;
+            }
+        };
+        let views = self.views();
+        mark_roles(&mut snap.pods, &views);
+        self.metrics
+            .scan_duration
+            .observe(t_scan.elapsed().as_secs_f64());
+        let Some(prev) = self.prev.take() else {
+            self.prev = Some(snap);
+            return None; // first sample: no rates yet
+        };
+        let cur = snap;
+        let cap = CapacityInputs {
+            node_allocatable_m: self
+                .caches
+                .allocatable_cpu_m()
+                .or(self.settings.node_allocatable_m),
+            online_cpus: self.online_cpus,
+        };
+        let slack = slack::measure(&prev, &cur, cap);
+        drop(prev);
+
+        let t_decide = Instant::now();
+        let opted: HashSet<String> = views
+            .iter()
+            .map(|v| v.namespace.clone())
+            .filter(|ns| self.caches.namespace_opted_in(ns))
+            .collect();
+        let round = observe_round(
+            &self.settings.node_name,
+            &views,
+            &slack,
+            &opted,
+            &self.memory.floors,
+            self.pod_level_supported,
+            &self.settings.policy,
+        );
+        let outcome = crate::policy::plan(
+            &round.node,
+            &round.decisions,
+            &self.memory.patches,
+            now.as_secs_f64(),
+            &mut self.bucket,
+            &self.settings.policy,
+        );
+        self.metrics
+            .decision_duration
+            .observe(t_decide.elapsed().as_secs_f64());
+
+        self.probe_pod_level(&views, &round).await;
+        let by_uid: HashMap<&str, &PodView> = views.iter().map(|v| (v.uid.as_str(), v)).collect();
+        for p in &outcome.patches {
+            if let Some(view) = by_uid.get(p.uid.as_str()) {
+                self.act(view, p, now).await;
+            }
+        }
+
+        let cur_pods: HashMap<&str, &PodCgroup> =
+            cur.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+        let events = self.verify_resizes(&views, &cur_pods, now);
+        let audit_due = self.audit_requested
+            || self
+                .last_audit
+                .is_none_or(|t| now.saturating_sub(t) >= self.settings.audit_interval);
+        let mut drift_events = Vec::new();
+        if audit_due {
+            self.audit_requested = false;
+            self.last_audit = Some(now);
+            for a in verify::audit(views.iter(), &cur.pods, self.layout.driver) {
+                drift_events.extend(self.drift.observe_pod(&a.uid, &a.mismatches, now));
+            }
+        }
+        let live: HashSet<&str> = views
+            .iter()
+            .filter(|v| v.is_running() && !v.terminating)
+            .map(|v| v.uid.as_str())
+            .collect();
+        drift_events.extend(self.drift.retain(|u| live.contains(u)));
+        drop(cur_pods);
+        self.prev = Some(cur);
+        for ev in events {
+            tracing::debug!(?ev, "resize verification");
+        }
+        self.report_drift(&views, drift_events, now).await;
+        self.forget_gone(&views);
+        self.export(&views, &slack, &round);
+        Some(round)
+    }
+
+    async fn probe_pod_level(&mut self, views: &[PodView], round: &Round) {
+        if self.pod_level_supported.is_some() || self.settings.dry_run && false {
+            return;
+        }
+        let Some(d) = round
+            .decisions
+            .iter()
+            .find(|d| d.reason == Some(Unmanaged::PodLevelUnknown))
+        else {
+            return;
+        };
+        let Some(v) = views.iter().find(|v| v.uid == d.uid) else {
+            return;
+        };
+        let pr = v.pod_resources.unwrap_or_default();
+        // A value the apiserver can accept: the current pod-level limit, or
+        // else the ceiling a pod of this request would get.
+        let value = pr
+            .cpu_limit
+            .unwrap_or_else(|| {
+                (v.cpu_request() as f64 * self.settings.policy.ceiling_factor) as Millis
+            })
+            .max(self.settings.policy.quantum_m);
+        let api: Api<Pod> = Api::namespaced(self.api.clone().into_client(), &v.namespace);
+        let shape = format!("pod-level/limit={}", pr.cpu_limit.is_some());
+        match resize::probe_pod_level(&api, &v.name, value, self.settings.policy.quantum_m).await {
+            Some(ok) => {
+                tracing::info!(pod = %v.key(), supported = ok, %shape, "probed pod-level resize support (dryRun=All)");
+                self.memory.pod_level_probe.insert(shape, ok);
+                self.pod_level_supported = Some(ok);
+            }
+            None => {
+                tracing::warn!(pod = %v.key(), "pod-level resize probe inconclusive; will retry")
+            }
+        }
+    }
+
+    async fn act(&mut self, view: &PodView, p: &PatchPlan, now: Duration) {
+        let dir = metrics_dir(p.direction);
+        if self.settings.dry_run {
+            if self
+                .memory
+                .dry_run_logged
+                .insert(p.uid.clone(), p.new_total_m)
+                != Some(p.new_total_m)
+            {
+                tracing::info!(pod = %view.key(), old = ?p.old_total_m, new = p.new_total_m, why = %p.why, "dry-run: would resize");
+                self.metrics.resize(ResizeResult::dry_run, dir);
+            }
+            return;
+        }
+        if !self.memory.may_patch(&p.uid, now) {
+            return;
+        }
+        let change = limit_change(view, &p.kind);
+        let api: Api<Pod> = Api::namespaced(self.api.clone().into_client(), &view.namespace);
+        let q = self.settings.policy.quantum_m;
+        let (mut outcome, mut pod) =
+            resize::send(&api, &view.name, &change, p.new_total_m, q, false).await;
+        if outcome == Outcome::Conflict {
+            // Re-read; retry once only if the pod is still ours and unchanged in shape.
+            match api.get_opt(&view.name).await {
+                Ok(Some(fresh))
+                    if fresh.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(self.settings.node_name.as_str()) =>
+                {
+                    (outcome, pod) =
+                        resize::send(&api, &view.name, &change, p.new_total_m, q, false).await;
+                }
+                Ok(_) => outcome = Outcome::NotFound,
+                Err(e) => {
+                    tracing::warn!(pod = %view.key(), error = %e, "re-read after conflict failed")
+                }
+            }
+        }
+        let old = p
+            .old_total_m
+            .map_or("unlimited".to_string(), |m| format!("{m}m"));
+        match outcome {
+            Outcome::Applied => {
+                let generation = pod
+                    .as_ref()
+                    .and_then(|p| p.metadata.generation)
+                    .unwrap_or(view.generation + 1);
+                self.memory.succeeded(&p.uid);
+                self.memory.patches.insert(
+                    p.uid.clone(),
+                    crate::policy::PodMemory::after(p, now.as_secs_f64()),
+                );
+                self.resizes.patched(&p.uid, generation, now);
+                self.inflight_dir.insert(p.uid.clone(), p.direction);
+                self.metrics.resize(ResizeResult::applied, dir);
+                tracing::info!(pod = %view.key(), old = %old, new = p.new_total_m, generation, why = %p.why, "resized");
+                let note = format!("CPU limit {old} → {}m: {}", p.new_total_m, p.why);
+                self.events
+                    .publish(view, false, REASON_RESIZED, note, now)
+                    .await;
+            }
+            Outcome::Refused {
+                refusal,
+                message,
+                floor_m,
+            } => {
+                self.metrics.resize(ResizeResult::refused, dir);
+                self.metrics.patch_error(PatchErrorClass::refused);
+                match floor_m {
+                    Some(f) => self.memory.learn_floor(&p.uid, f),
+                    None => self.memory.refused(&p.uid, now),
+                }
+                tracing::warn!(pod = %view.key(), reason = refusal.as_str(), learned_floor = ?floor_m, %message, "resize refused");
+                let note = format!(
+                    "resize to {}m refused ({}): {message}",
+                    p.new_total_m,
+                    refusal.as_str()
+                );
+                self.events
+                    .publish(view, true, REASON_REFUSED, note, now)
+                    .await;
+            }
+            Outcome::NotFound => {
+                self.metrics.patch_error(PatchErrorClass::not_found);
+                self.forget(&p.uid);
+            }
+            Outcome::Conflict => {
+                self.metrics.patch_error(PatchErrorClass::conflict);
+                let r = self.rand01();
+                self.memory.transient(&p.uid, now, r);
+            }
+            Outcome::Forbidden(message) => {
+                self.metrics.patch_error(PatchErrorClass::forbidden);
+                self.metrics.resize(ResizeResult::error, dir);
+                let pause = self.memory.forbidden(now);
+                tracing::error!(pod = %view.key(), %message, pause_s = pause.as_secs(), "resize forbidden (RBAC or admission policy): configuration alarm; pausing all patches");
+            }
+            Outcome::Transient { class, message } => {
+                self.metrics.patch_error(match class {
+                    "throttled" => PatchErrorClass::throttled,
+                    "server_error" => PatchErrorClass::server_error,
+                    _ => PatchErrorClass::other,
+                });
+                self.metrics.resize(ResizeResult::error, dir);
+                let r = self.rand01();
+                let d = self.memory.transient(&p.uid, now, r);
+                tracing::warn!(pod = %view.key(), class, %message, retry_in_ms = d.as_millis() as u64, "resize failed; backing off");
+            }
+        }
+    }
+
+    /// Follows in-flight resizes until verified in `cpu.max` (or not).
+    fn verify_resizes(
+        &mut self,
+        views: &[PodView],
+        cgroups: &HashMap<&str, &PodCgroup>,
+        now: Duration,
+    ) -> Vec<ResizeOutcome> {
+        let mut out = Vec::new();
+        for v in views {
+            if !self.inflight_dir.contains_key(&v.uid) {
+                continue;
+            }
+            self.resizes.kubelet_status(&v.uid, &v.resize, now);
+            let matches = cgroups.get(v.uid.as_str()).is_some_and(|cg| {
+                let expected = verify::expected_cpu_max(
+                    v,
+                    cg.sample.as_ref().map_or(100_000, |s| s.cpu_max.period_us),
+                );
+                verify::compare(&expected, cg, self.layout.driver).is_empty()
+            });
+            if let Some(o) = self.resizes.checked(&v.uid, matches, now) {
+                let dir = self
+                    .inflight_dir
+                    .remove(&v.uid)
+                    .map_or(metrics::Direction::raise, metrics_dir);
+                match &o {
+                    ResizeOutcome::Verified {
+                        latency,
+                        generation,
+                        ..
+                    } => {
+                        self.metrics.resize_verified(dir, latency.as_secs_f64());
+                        tracing::info!(pod = %v.key(), generation, latency_ms = latency.as_millis() as u64, "resize verified in cpu.max");
+                    }
+                    ResizeOutcome::Unverified {
+                        generation,
+                        kubelet_done,
+                        waited,
+                        ..
+                    } => {
+                        self.metrics.resize(ResizeResult::unverified, dir);
+                        tracing::warn!(pod = %v.key(), generation, kubelet_done, waited_s = waited.as_secs(), "resize not seen in cpu.max within grace");
+                    }
+                }
+                out.push(o);
+            }
+        }
+        out
+    }
+
+    async fn report_drift(&mut self, views: &[PodView], events: Vec<DriftEvent>, now: Duration) {
+        for ev in events {
+            match ev {
+                DriftEvent::Drift {
+                    uid,
+                    mismatch,
+                    since,
+                } => {
+                    let Some(v) = views.iter().find(|v| v.uid == uid) else {
+                        continue;
+                    };
+                    self.metrics
+                        .set_drift(&v.namespace, &v.name, &mismatch.target, true);
+                    self.metrics.drift_detected(&mismatch.target);
+                    tracing::warn!(pod = %v.key(), cgroup = %mismatch.target, %mismatch, for_s = now.saturating_sub(since).as_secs(), "cgroup drift");
+                    let note = format!("{}: {mismatch}", mismatch.target);
+                    self.events.publish(v, true, REASON_DRIFT, note, now).await;
+                }
+                DriftEvent::Changed { uid, mismatch } => {
+                    if let Some(v) = views.iter().find(|v| v.uid == uid) {
+                        tracing::warn!(pod = %v.key(), cgroup = %mismatch.target, %mismatch, "cgroup drift changed");
+                    }
+                }
+                DriftEvent::Cleared {
+                    uid,
+                    target,
+                    lasted,
+                } => {
+                    let Some(v) = views.iter().find(|v| v.uid == uid) else {
+                        continue;
+                    };
+                    self.metrics
+                        .set_drift(&v.namespace, &v.name, &target, false);
+                    tracing::info!(pod = %v.key(), cgroup = %target, lasted_s = lasted.as_secs(), "cgroup drift cleared");
+                    let note = format!("{target}: cpu.max matches the spec again");
+                    self.events
+                        .publish(v, false, REASON_DRIFT_CLEARED, note, now)
+                        .await;
+                }
+                DriftEvent::Forgotten { uid, target } => {
+                    if let Some(v) = views.iter().find(|v| v.uid == uid) {
+                        self.metrics
+                            .set_drift(&v.namespace, &v.name, &target, false);
+                    }
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, uid: &str) {
+        self.memory.forget(uid);
+        self.resizes.forget(uid);
+        self.inflight_dir.remove(uid);
+        self.events.forget(uid);
+    }
+
+    /// Drops state and series of pods that left the node.
+    fn forget_gone(&mut self, views: &[PodView]) {
+        let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
+        let gone: Vec<String> = self
+            .memory
+            .patches
+            .keys()
+            .chain(self.memory.floors.keys())
+            .chain(self.memory.backoff.keys())
+            .chain(self.inflight_dir.keys())
+            .filter(|u| !live.contains(u.as_str()))
+            .cloned()
+            .collect();
+        for uid in gone {
+            self.forget(&uid);
+        }
+        let names: HashSet<(String, String)> = views
+            .iter()
+            .map(|v| (v.namespace.clone(), v.name.clone()))
+            .collect();
+        self.metrics.retain_pods(&names);
+    }
+
+    fn export(&self, views: &[PodView], slack: &NodeSlack, round: &Round) {
+        let allocatable = self
+            .caches
+            .allocatable_cpu_m()
+            .or(self.settings.node_allocatable_m);
+        let booked: Millis = views
+            .iter()
+            .filter(|v| !v.terminating)
+            .map(booked_request)
+            .sum();
+        self.metrics.set_node(&metrics::NodeValues {
+            capacity_millicores: slack.capacity_m as f64,
+            usage_millicores: slack.usage_m as f64,
+            real_slack_millicores: round.node.slack_m as f64,
+            booked_slack_millicores: allocatable.map_or(0.0, |a| a as f64 - booked as f64),
+            pressure_some_ratio: slack.pressure_some_avg10.unwrap_or(0.0) / 100.0,
+            pressure_full_ratio: slack.pressure_full_avg10.map(|p| p / 100.0),
+        });
+        let mut unmanaged: HashMap<String, usize> = HashMap::new();
+        let mut managed = 0;
+        for d in &round.decisions {
+            match d.reason {
+                None => {
+                    managed += 1;
+                    let throttled = slack
+                        .pods
+                        .iter()
+                        .find(|p| p.uid == d.uid)
+                        .and_then(|p| p.throttled_ratio)
+                        .unwrap_or(0.0);
+                    self.metrics.set_pod(
+                        &d.namespace,
+                        &d.name,
+                        &metrics::PodValues {
+                            request_millicores: d.request_m as f64,
+                            limit_millicores: d.current_limit_m.map(|m| m as f64),
+                            target_millicores: d.target_m.map(|m| m as f64),
+                            usage_millicores: d.usage_m as f64,
+                            throttled_ratio: throttled,
+                        },
+                    );
+                }
+                Some(r) => {
+                    *unmanaged.entry(r.reason().to_string()).or_default() += 1;
+                    self.metrics.remove_pod_values(&d.namespace, &d.name);
+                }
+            }
+        }
+        self.metrics.set_pod_states(managed, &unmanaged);
+    }
+}
+
+/// What the scheduler books for a pod (FACTS §5): max(spec, allocated)
+/// requests plus overhead.
+pub fn booked_request(v: &PodView) -> Millis {
+    let spec = v.cpu_request();
+    let allocated: Millis = v
+        .statuses
+        .iter()
+        .filter_map(|s| s.allocated.and_then(|a| a.cpu_request))
+        .sum();
+    spec.max(allocated) + v.overhead_cpu.unwrap_or(0)
+}
+
+fn metrics_dir(d: Direction) -> metrics::Direction {
+    match d {
+        Direction::Raise => metrics::Direction::raise,
+        Direction::Lower => metrics::Direction::lower,
+    }
+}
+
+/// Policy plan → patch body input; sidecars keep their `initContainers` key.
+pub fn limit_change(view: &PodView, kind: &PatchKind) -> LimitChange {
+    match kind {
+        PatchKind::PodLimit(m) => LimitChange::Pod(*m),
+        PatchKind::ContainerLimits(cs) => LimitChange::Containers(
+            cs.iter()
+                .map(|(name, m)| ContainerLimit {
+                    name: name.clone(),
+                    kind: view
+                        .containers
+                        .iter()
+                        .find(|c| &c.name == name)
+                        .map_or(ContainerKind::App, |c| c.kind),
+                    cpu_limit_m: *m,
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Marks app vs sandbox container cgroups from the ids in pod status.
+pub fn mark_roles(pods: &mut [PodCgroup], views: &[PodView]) {
+    let by_uid: HashMap<&str, &PodView> = views.iter().map(|v| (v.uid.as_str(), v)).collect();
+    for cg in pods {
+        if let Some(v) = by_uid.get(cg.uid.as_str()) {
+            let ids: Vec<&str> = v
+                .statuses
+                .iter()
+                .filter_map(|s| s.container_id.as_deref())
+                .collect();
+            cgroup::mark_roles(cg, &ids);
+        }
+    }
+}

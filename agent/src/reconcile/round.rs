@@ -1,0 +1,60 @@
+//! One decision round from observations: pure glue between the slack
+//! measurement and the policy, shared by `run` and `explain`.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::model::{Millis, PodView};
+use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
+use crate::slack::NodeSlack;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Round {
+    pub node: NodeDecision,
+    pub decisions: Vec<Decision>,
+}
+
+/// Runs the policy over this node's pods with the measured slack.
+pub fn observe_round(
+    node_name: &str,
+    views: &[PodView],
+    slack: &NodeSlack,
+    opted_in_namespaces: &HashSet<String>,
+    learned_floors: &HashMap<String, Millis>,
+    pod_level_supported: Option<bool>,
+    cfg: &PolicyConfig,
+) -> Round {
+    let usage: HashMap<&str, (Millis, f64)> = slack
+        .pods
+        .iter()
+        .map(|p| {
+            (
+                p.uid.as_str(),
+                (p.usage_m.unwrap_or(0), p.throttled_ratio.unwrap_or(0.0)),
+            )
+        })
+        .collect();
+    let inputs: Vec<PodInput<'_>> = views
+        .iter()
+        .map(|v| {
+            let (usage_m, throttled_ratio) = usage.get(v.uid.as_str()).copied().unwrap_or((0, 0.0));
+            PodInput {
+                pod: v,
+                namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
+                usage_m,
+                throttled_ratio,
+                extra_floor_m: learned_floors.get(&v.uid).copied(),
+            }
+        })
+        .collect();
+    let node = NodeInputs {
+        node_name,
+        capacity_m: slack.capacity_m,
+        kubepods_usage_m: slack.usage_m,
+        pressure_some_avg10: slack.pressure_some_avg10.unwrap_or(0.0),
+        pod_level_resize_supported: pod_level_supported,
+    };
+    let (node, decisions) = policy::decide(&node, &inputs, cfg);
+    Round { node, decisions }
+}
