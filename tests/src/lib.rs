@@ -1,1 +1,7 @@
 //! testkit
+
+pub mod agent;
+pub mod certs;
+pub mod control_plane;
+pub mod kubelet_sim;
+pub mod process;
