@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::cgroup::{CpuMax, Driver, PodCgroup};
+use crate::cgroup::{ContainerRole, CpuMax, Driver, PodCgroup};
 use crate::model::PodView;
 use crate::quantity::format_cpu_millis;
 use crate::verify::expected::{DEFAULT_PERIOD_US, Expected, ExpectedMax, expected_cpu_max};
@@ -98,7 +98,7 @@ fn check(
 /// Every cgroup of the pod whose `cpu.max` is not what `expected` says.
 /// Container cgroups are found by the running container's id; containers
 /// that are not running are skipped, and cgroups of containers the spec does
-/// not name (sandbox, conmon) are ignored.
+/// not name (sandbox) or that only share the id (CRI-O conmon) are ignored.
 pub fn compare(expected: &Expected, observed: &PodCgroup, driver: Driver) -> Vec<Mismatch> {
     let mut out = Vec::new();
     out.extend(check(
@@ -116,7 +116,12 @@ pub fn compare(expected: &Expected, observed: &PodCgroup, driver: Driver) -> Vec
             continue;
         };
         let target = Target::Container(c.name.clone());
-        match observed.containers.iter().find(|cg| cg.id == id) {
+        // CRI-O's conmon cgroup carries the same id: never the container's.
+        match observed
+            .containers
+            .iter()
+            .find(|cg| cg.id == id && cg.role != ContainerRole::Conmon)
+        {
             Some(cg) => out.extend(check(
                 target,
                 c.max,
@@ -141,6 +146,15 @@ pub struct PodAudit {
     pub mismatches: Vec<Mismatch>,
 }
 
+/// The uid the kubelet names the pod cgroup after: a static pod's config
+/// hash (its mirror Pod carries it in `kubernetes.io/config.mirror` and has
+/// another `metadata.uid`), else `metadata.uid`.
+pub fn cgroup_uid(pod: &PodView) -> &str {
+    pod.annotation("kubernetes.io/config.mirror")
+        .filter(|h| !h.is_empty())
+        .unwrap_or(&pod.uid)
+}
+
 /// The period to derive expectations with: the pod cgroup's own, else a
 /// container's, else the kubelet default (then nothing was readable and the
 /// period only shows in messages).
@@ -159,7 +173,7 @@ fn period_of(cg: &PodCgroup) -> u64 {
 
 /// One full audit: every running, non-terminating pod against the scanned
 /// cgroups. A running pod without a pod cgroup is a [`Observed::NoCgroup`]
-/// mismatch. Pods with no mismatch are listed too (empty `mismatches`), so
+/// mismatch. `uid` is the Pod's `metadata.uid`. Pods with no mismatch are listed too (empty `mismatches`), so
 /// a drift tracker can clear them.
 pub fn audit<'a>(
     pods: impl IntoIterator<Item = &'a PodView>,
@@ -170,7 +184,7 @@ pub fn audit<'a>(
     pods.into_iter()
         .filter(|p| p.is_running() && !p.terminating)
         .map(|p| {
-            let mismatches = match by_uid.get(p.uid.as_str()) {
+            let mismatches = match by_uid.get(cgroup_uid(p)) {
                 Some(cg) => compare(&expected_cpu_max(p, period_of(cg)), cg, driver),
                 None => vec![Mismatch {
                     target: Target::Pod,
@@ -299,6 +313,17 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn crio_conmon_cgroup_with_the_same_id_is_not_the_container() {
+        let p = two_containers();
+        let mut cg = cgroup_for(&p);
+        let mut conmon = cg.containers[0].clone();
+        conmon.role = ContainerRole::Conmon;
+        conmon.cpu_max = Ok(max(None));
+        cg.containers.insert(0, conmon);
+        assert_eq!(cmp(&p, &cg), vec![]);
+    }
+
+    #[test]
     fn unlimited_where_limited_is_a_mismatch() {
         let p = two_containers();
         let mut cg = cgroup_for(&p);
@@ -390,6 +415,19 @@ pub(crate) mod tests {
         assert_eq!(a[0].mismatches, vec![]);
         assert_eq!(a[1].uid, "u1");
         assert_eq!(a[1].mismatches[0].actual, Observed::NoCgroup);
+    }
+
+    #[test]
+    fn static_pod_is_found_by_its_config_hash() {
+        let mut pods = many(1, 200);
+        let mut cg = cgroup_for(&pods[0]);
+        cg.uid = "confighash".into();
+        pods[0]
+            .annotations
+            .insert("kubernetes.io/config.mirror".into(), "confighash".into());
+        let a = audit(&pods, &[cg], Driver::Cgroupfs);
+        assert_eq!(a[0].uid, "u0");
+        assert_eq!(a[0].mismatches, vec![]);
     }
 
     #[test]

@@ -1,0 +1,153 @@
+//! One full audit (expected `cpu.max` + compare, for every pod) on in-memory
+//! `PodView`s and `PodCgroup`s: 110, 250 and 500 pods, each with 2 app
+//! containers and a sidecar (+ a sandbox cgroup), one pod in ten with a
+//! pod-level limit, one in five with a container without a limit.
+//!
+//! `cargo bench -p headroom-agent --bench audit`
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use headroom::cgroup::{
+    CgroupSample, ContainerCgroup, ContainerRole, CpuMax, CpuStat, Driver, PodCgroup, Runtime,
+};
+use headroom::model::{
+    ContainerKind, ContainerSpec, ContainerState, PodView, Qos, ResizePolicy, ResizeState,
+    Resources,
+};
+use headroom::verify::{audit, expected_cpu_max};
+
+const PERIOD: u64 = 100_000;
+
+fn spec(name: &str, kind: ContainerKind, req: u64, lim: Option<u64>) -> ContainerSpec {
+    ContainerSpec {
+        name: name.to_string(),
+        kind,
+        resources: Resources {
+            cpu_request: Some(req),
+            cpu_limit: lim,
+            mem_request: Some(64 << 20),
+            mem_limit: Some(128 << 20),
+        },
+        cpu_resize_policy: ResizePolicy::NotRequired,
+    }
+}
+
+fn pod(i: usize) -> PodView {
+    let uid = format!("{i:08x}-1111-2222-3333-444455556666");
+    let unlimited = i % 5 == 0;
+    let containers = vec![
+        spec("app", ContainerKind::App, 100, Some(500 + i as u64)),
+        spec(
+            "worker",
+            ContainerKind::App,
+            50,
+            (!unlimited).then_some(250),
+        ),
+        spec("proxy", ContainerKind::Sidecar, 20, Some(100)),
+    ];
+    let statuses = containers
+        .iter()
+        .map(|c| ContainerState {
+            name: c.name.clone(),
+            container_id: Some(format!("{:0>64}", format!("{i}{}", c.name.len()))),
+            runtime: Some("containerd".into()),
+            running: true,
+            ..Default::default()
+        })
+        .collect();
+    PodView {
+        namespace: format!("ns{}", i % 7),
+        name: format!("pod-{i}"),
+        uid,
+        node_name: Some("node".into()),
+        generation: 1,
+        resource_version: None,
+        phase: Some("Running".into()),
+        terminating: false,
+        static_pod: false,
+        windows: false,
+        qos: Qos::Burstable,
+        containers,
+        pod_resources: (i % 10 == 0).then_some(Resources {
+            cpu_request: Some(200),
+            cpu_limit: Some(2000),
+            ..Default::default()
+        }),
+        overhead_cpu: (i % 3 == 0).then_some(50),
+        statuses,
+        resize: ResizeState::default(),
+        annotations: BTreeMap::new(),
+    }
+}
+
+fn max(q: Option<u64>) -> CpuMax {
+    CpuMax {
+        quota_us: q,
+        period_us: PERIOD,
+    }
+}
+
+/// The tree the kubelet would have written for `p`.
+fn cgroup(p: &PodView) -> PodCgroup {
+    let e = expected_cpu_max(p, PERIOD);
+    let path = PathBuf::from(format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+        p.uid.replace('-', "_")
+    ));
+    let mut containers: Vec<ContainerCgroup> = e
+        .containers
+        .iter()
+        .map(|c| {
+            let id = c.container_id.clone().unwrap_or_default();
+            ContainerCgroup {
+                path: path.join(format!("cri-containerd-{id}.scope")),
+                id,
+                runtime: Runtime::Containerd,
+                role: ContainerRole::App,
+                cpu_max: Ok(max(c.max.quota_us())),
+            }
+        })
+        .collect();
+    containers.push(ContainerCgroup {
+        id: "f".repeat(64),
+        runtime: Runtime::Containerd,
+        role: ContainerRole::Sandbox,
+        path: path.join("cri-containerd-sandbox.scope"),
+        cpu_max: Ok(max(None)),
+    });
+    PodCgroup {
+        uid: p.uid.clone(),
+        qos: p.qos,
+        path,
+        sample: Ok(CgroupSample {
+            cpu_max: max(e.pod.quota_us()),
+            cpu_stat: CpuStat::default(),
+            pressure: None,
+            weight: Some(100),
+        }),
+        containers,
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("audit");
+    for n in [110usize, 250, 500] {
+        let pods: Vec<PodView> = (0..n).map(pod).collect();
+        let mut cgroups: Vec<PodCgroup> = pods.iter().map(cgroup).collect();
+        // The scanner returns pods sorted by path, not in API order.
+        cgroups.reverse();
+        let found = audit(&pods, &cgroups, Driver::Systemd);
+        assert!(found.iter().all(|a| a.mismatches.is_empty()));
+        assert_eq!(found.len(), n);
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter(|| audit(black_box(&pods), black_box(&cgroups), Driver::Systemd))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
