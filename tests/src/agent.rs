@@ -1,0 +1,265 @@
+//! The real `headroom-agent` binary as a child process of a test, pointed at
+//! the harness's apiserver and a simulated node's cgroup root.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::process::spawn_guarded;
+
+/// Path of the agent binary; builds it once if the workspace has not yet.
+pub fn agent_binary() -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| ws.join("target"));
+            let bin = target.join("debug").join("headroom-agent");
+            // Always ask cargo: a no-op when fresh, a rebuild when the agent
+            // changed since the last `cargo test`.
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "build",
+                    "-q",
+                    "-p",
+                    "headroom-agent",
+                    "--bin",
+                    "headroom-agent",
+                ])
+                .current_dir(&ws)
+                .status()
+                .map_err(|e| format!("running cargo build: {e}"))?;
+            if !status.success() || !bin.exists() {
+                return Err(format!("cargo build of headroom-agent failed ({status})"));
+            }
+            Ok(bin)
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// A free loopback port (bound and released; good enough for tests).
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Fast settings for tests: short tick, cooldown, audit and grace.
+pub fn fast_args() -> Vec<String> {
+    [
+        "--tick",
+        "200ms",
+        "--raise-cooldown",
+        "1s",
+        "--audit-interval",
+        "1s",
+        "--drift-grace",
+        "2s",
+        "--event-interval",
+        "1s",
+        "--reserve",
+        "0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub struct AgentProcess {
+    child: Option<Child>,
+    pub metrics_port: u16,
+    pub log_path: PathBuf,
+    pub node: String,
+}
+
+impl AgentProcess {
+    /// Starts `headroom-agent run` for `node` with `args` (after the fixed
+    /// ones) and waits until `/readyz` answers 200.
+    pub async fn start(
+        kubeconfig: &Path,
+        node: &str,
+        cgroup_root: &Path,
+        log_dir: &Path,
+        args: &[String],
+    ) -> anyhow::Result<Self> {
+        let bin = agent_binary()?;
+        let metrics_port = free_port()?;
+        let log_path = log_dir.join(format!("agent-{node}-{metrics_port}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
+            .arg("--node-name")
+            .arg(node)
+            .arg("--cgroup-root")
+            .arg(cgroup_root)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .args(args)
+            .env("RUST_LOG", "info,headroom=debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let child = spawn_guarded(cmd).context("spawning headroom-agent")?;
+        let mut a = AgentProcess {
+            child: Some(child),
+            metrics_port,
+            log_path,
+            node: node.to_string(),
+        };
+        a.wait_ready(Duration::from_secs(60)).await?;
+        Ok(a)
+    }
+
+    async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(c) = self.child.as_mut()
+                && let Some(status) = c.try_wait()?
+            {
+                bail!(
+                    "agent exited ({status}) before ready:\n{}",
+                    self.log_tail(40)
+                );
+            }
+            if let Ok((200, _)) = self.get("/readyz").await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("agent not ready within {limit:?}:\n{}", self.log_tail(40));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `GET path` on the metrics port: (status, body).
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await?;
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        let text = String::from_utf8_lossy(&buf).to_string();
+        let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
+        let code = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .context("no status code")?;
+        // The server may answer chunked; undo it for the parser.
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(body)
+        } else {
+            body.to_string()
+        };
+        Ok((code, body))
+    }
+
+    /// `/metrics` text.
+    pub async fn scrape(&self) -> anyhow::Result<String> {
+        let (code, body) = self.get("/metrics").await?;
+        if code != 200 {
+            bail!("/metrics answered {code}");
+        }
+        Ok(body)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGTERM, then wait (bounded), then SIGKILL.
+    pub async fn stop(&mut self) {
+        let Some(mut c) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        for _ in 0..50 {
+            if let Ok(Some(_)) = c.try_wait() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].strip_prefix("\r\n").unwrap_or(&tail[n..]);
+    }
+    out
+}
+
+/// Samples of a scrape, parsed with a Prometheus text parser.
+pub fn parse_metrics(text: &str) -> anyhow::Result<prometheus_parse::Scrape> {
+    prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .context("parsing /metrics")
+}
+
+/// Value of the sample `name` whose labels include all of `labels`
+/// (summed when several match); `None` when no sample matches.
+pub fn metric(
+    scrape: &prometheus_parse::Scrape,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
+    let mut found = None;
+    for s in scrape.samples.iter().filter(|s| s.metric == name) {
+        if labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)) {
+            let v = match s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => v,
+                _ => continue,
+            };
+            *found.get_or_insert(0.0) += v;
+        }
+    }
+    found
+}

@@ -1,0 +1,683 @@
+//! The reconciler end to end (issue 4): a real kube-apiserver, two simulated
+//! nodes each with its own `headroom-agent` process, and the outcomes checked
+//! from the apiserver side (pod specs, `metadata.generation`, managedFields).
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
+use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
+use testkit::kubelet_sim::{SimConfig, SimKubelet};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Node {
+    name: String,
+    sim: SimKubelet,
+    agent: Option<AgentProcess>,
+}
+
+struct Cluster {
+    cp: &'static ControlPlane,
+    client: Client,
+    ns: String,
+    nodes: Vec<Node>,
+    dir: TempDir,
+}
+
+impl Cluster {
+    /// `agents[i]`: extra args for node i's agent, `None` for no agent.
+    async fn start(
+        cp: &'static ControlPlane,
+        prefix: &str,
+        agents: &[Option<Vec<String>>],
+    ) -> Cluster {
+        let client = cp.client().await;
+        let ns = cp.namespace(prefix).await;
+        opt_in(&client, &ns).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut nodes = Vec::new();
+        for (i, extra) in agents.iter().enumerate() {
+            let name = format!("{ns}-n{i}");
+            let root = dir.path().join(format!("cg{i}"));
+            let mut cfg = SimConfig::new(&name, &root);
+            cfg.resize_delay = Duration::from_millis(100);
+            cfg.status_delay = Duration::from_millis(100);
+            let sim = SimKubelet::start(client.clone(), cfg)
+                .await
+                .expect("sim starts");
+            cp.wait_node_admissible(&name)
+                .await
+                .expect("node admissible");
+            let agent = match extra {
+                Some(extra) => {
+                    let mut args = fast_args();
+                    args.extend(extra.iter().cloned());
+                    Some(
+                        AgentProcess::start(cp.kubeconfig_path(), &name, &root, dir.path(), &args)
+                            .await
+                            .expect("agent starts"),
+                    )
+                }
+                None => None,
+            };
+            nodes.push(Node { name, sim, agent });
+        }
+        Cluster {
+            cp,
+            client,
+            ns,
+            nodes,
+            dir,
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn create(&self, pod: Value) -> Pod {
+        let pod: Pod = serde_json::from_value(pod).expect("pod json");
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod")
+    }
+
+    async fn get(&self, name: &str) -> Pod {
+        self.pods().get(name).await.expect("get pod")
+    }
+
+    async fn generations(&self, names: &[&str]) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for n in names {
+            out.push((n.to_string(), generation(&self.get(n).await)));
+        }
+        out
+    }
+
+    fn agent(&self, i: usize) -> &AgentProcess {
+        self.nodes[i].agent.as_ref().expect("agent")
+    }
+
+    /// Polls until `f(pod)` holds; panics with the agent log otherwise.
+    async fn wait_for(&self, name: &str, what: &str, f: impl Fn(&Pod) -> bool) -> Duration {
+        let t0 = Instant::now();
+        loop {
+            let p = self.get(name).await;
+            if f(&p) {
+                return t0.elapsed();
+            }
+            if t0.elapsed() > WAIT {
+                let logs: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .filter_map(|n| n.agent.as_ref())
+                    .map(|a| a.log_tail(30))
+                    .collect();
+                panic!(
+                    "{name}: {what} not reached in {WAIT:?}; pod: {}\nagent logs:\n{}",
+                    summary(&p),
+                    logs.join("\n---\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until pod `name` is Running with container statuses.
+    async fn wait_running(&self, name: &str) {
+        self.wait_for(name, "Running", |p| {
+            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|c| !c.is_empty())
+        })
+        .await;
+    }
+}
+
+async fn opt_in(client: &Client, ns: &str) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
+        )
+        .await
+        .expect("label namespace");
+}
+
+fn summary(p: &Pod) -> String {
+    let spec = p.spec.as_ref().map(|s| {
+        s.containers
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={:?}",
+                    c.name,
+                    c.resources.as_ref().and_then(|r| r.limits.as_ref())
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    format!(
+        "gen={:?} limits={spec:?} conditions={:?}",
+        p.metadata.generation,
+        p.status.as_ref().and_then(|s| s.conditions.clone())
+    )
+}
+
+/// A Burstable pod: CPU request and (optional) limit, memory request only.
+fn burstable(name: &str, node: &str, req: &str, lim: Option<&str>) -> Value {
+    let mut res = json!({"requests": {"cpu": req, "memory": "64Mi"}});
+    if let Some(l) = lim {
+        res["limits"] = json!({"cpu": l});
+    }
+    json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": res}]}
+    })
+}
+
+fn cpu_limit(p: &Pod, container: &str) -> Option<String> {
+    let c = p
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?;
+    c.resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("cpu")
+        .map(|q| q.0.clone())
+}
+
+fn cpu_limit_m(p: &Pod, container: &str) -> Option<u64> {
+    cpu_limit(p, container).and_then(|q| headroom::quantity::cpu_millis(&q).ok())
+}
+
+fn pod_limit_m(p: &Pod) -> Option<u64> {
+    let q = p
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("cpu")?;
+    headroom::quantity::cpu_millis(&q.0).ok()
+}
+
+fn generation(p: &Pod) -> i64 {
+    p.metadata.generation.unwrap_or(0)
+}
+
+/// Whether the agent's field manager ever wrote this pod.
+fn touched_by_agent(p: &Pod) -> bool {
+    p.metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .any(|m| m.manager.as_deref() == Some("headroom-agent"))
+}
+
+fn cpu_request(p: &Pod, container: &str) -> Option<String> {
+    let c = p
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?;
+    c.resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("cpu")
+        .map(|q| q.0.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_node_raises_limits_to_their_ceilings() {
+    let c = Cluster::start(ControlPlane::shared(), "idle", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("a", &node, "250m", Some("300m"))).await;
+    c.create(burstable("b", &node, "100m", Some("150m"))).await;
+    // Ceiling = request × 4 (default).
+    c.wait_for("a", "limit 1000m", |p| cpu_limit_m(p, "app") == Some(1000))
+        .await;
+    c.wait_for("b", "limit 400m", |p| cpu_limit_m(p, "app") == Some(400))
+        .await;
+    let a = c.get("a").await;
+    assert_eq!(
+        cpu_request(&a, "app").as_deref(),
+        Some("250m"),
+        "requests untouched"
+    );
+    let mem = a.spec.as_ref().unwrap().containers[0]
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap()
+        .get("memory")
+        .cloned();
+    assert_eq!(
+        mem.map(|q| q.0),
+        Some("64Mi".to_string()),
+        "memory untouched"
+    );
+    assert_eq!(
+        a.status.as_ref().and_then(|s| s.qos_class.as_deref()),
+        Some("Burstable")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_brings_limits_back_to_requests() {
+    let c = Cluster::start(ControlPlane::shared(), "full", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("m", &node, "200m", Some("250m"))).await;
+    c.wait_for("m", "raised to 800m", |p| {
+        cpu_limit_m(p, "app") == Some(800)
+    })
+    .await;
+    // Unmanaged pods fill the node's 4 CPUs.
+    let mut filler = burstable("filler", &node, "100m", None);
+    filler["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    c.create(filler).await;
+    c.wait_running("filler").await;
+    c.nodes[0].sim.set_demand(&c.ns, "filler", 4000);
+    let took = c
+        .wait_for("m", "lowered to the request", |p| {
+            cpu_limit_m(p, "app") == Some(200)
+        })
+        .await;
+    eprintln!("measured: load change → limit back at request in {took:?}");
+    assert_eq!(
+        cpu_limit(&c.get("filler").await, "app"),
+        None,
+        "opted-out pod keeps no limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pressure_spike_from_unmanaged_pods_shrinks_managed_limits_promptly() {
+    let c = Cluster::start(ControlPlane::shared(), "spike", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("m1", &node, "200m", Some("300m"))).await;
+    c.create(burstable("m2", &node, "200m", Some("300m"))).await;
+    let mut noisy = burstable("noisy", &node, "500m", None);
+    noisy["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    c.create(noisy).await;
+    c.wait_running("noisy").await;
+    c.nodes[0].sim.set_demand(&c.ns, "m1", 150);
+    c.nodes[0].sim.set_demand(&c.ns, "m2", 150);
+    c.wait_for("m1", "raised to 800m", |p| {
+        cpu_limit_m(p, "app") == Some(800)
+    })
+    .await;
+    c.wait_for("m2", "raised to 800m", |p| {
+        cpu_limit_m(p, "app") == Some(800)
+    })
+    .await;
+    // The unmanaged pod demands twice the node: contention and PSI.
+    c.nodes[0].sim.set_demand(&c.ns, "noisy", 8000);
+    let took = c
+        .wait_for("m1", "shrunk", |p| {
+            cpu_limit_m(p, "app").is_some_and(|m| m < 800)
+        })
+        .await;
+    eprintln!("measured: spike → first lowering patch visible after {took:?}");
+    c.wait_for("m1", "at request", |p| cpu_limit_m(p, "app") == Some(200))
+        .await;
+    c.wait_for("m2", "at request", |p| cpu_limit_m(p, "app") == Some(200))
+        .await;
+    let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
+    let pressure = metric(&s, "headroom_node_pressure_some_ratio", &[]).unwrap_or(0.0);
+    eprintln!("measured: kubepods PSI some avg10 ratio after spike {pressure:.3}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_of_one_node_never_patches_pods_of_another() {
+    // Node 0: a live agent. Node 1: no agent at all.
+    let c = Cluster::start(ControlPlane::shared(), "scope", &[Some(vec![]), None]).await;
+    let (n0, n1) = (c.nodes[0].name.clone(), c.nodes[1].name.clone());
+    c.create(burstable("mine", &n0, "100m", Some("150m"))).await;
+    c.create(burstable("theirs", &n1, "100m", Some("150m")))
+        .await;
+    c.wait_running("theirs").await;
+    let before = c.get("theirs").await;
+    c.wait_for("mine", "raised", |p| cpu_limit_m(p, "app") == Some(400))
+        .await;
+    // Several more ticks, then look at node 1's pod from the apiserver.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = c.get("theirs").await;
+    assert_eq!(
+        generation(&after),
+        generation(&before),
+        "generation of the other node's pod changed"
+    );
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert!(
+        !touched_by_agent(&after),
+        "the agent's field manager wrote the other node's pod"
+    );
+    assert!(
+        touched_by_agent(&c.get("mine").await),
+        "own pod is written by the agent's field manager"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_must_be_left_alone_are_never_patched() {
+    let c = Cluster::start(ControlPlane::shared(), "alone", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    let guaranteed = json!({"metadata": {"name": "guaranteed"}, "spec": {"nodeName": node, "containers": [{"name": "app", "image": "pause",
+        "resources": {"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "64Mi"}}}]}});
+    let besteffort = json!({"metadata": {"name": "besteffort"}, "spec": {"nodeName": node, "containers": [{"name": "app", "image": "pause"}]}});
+    let mut opted_out = burstable("opted-out", &node, "100m", Some("150m"));
+    opted_out["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    let mut restart = burstable("restart", &node, "100m", Some("150m"));
+    restart["spec"]["containers"][0]["resizePolicy"] =
+        json!([{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]);
+    let mut terminating = burstable("terminating", &node, "100m", Some("150m"));
+    terminating["metadata"]["finalizers"] = json!(["headroom.test/hold"]);
+    for p in [
+        guaranteed,
+        besteffort,
+        opted_out,
+        restart,
+        terminating,
+        burstable("pending", &node, "100m", Some("150m")),
+    ] {
+        c.create(p).await;
+    }
+    for n in [
+        "guaranteed",
+        "besteffort",
+        "opted-out",
+        "restart",
+        "terminating",
+        "pending",
+    ] {
+        c.wait_running(n).await;
+    }
+    // Terminating: deleted but held by a finalizer.
+    c.pods()
+        .delete("terminating", &DeleteParams::default())
+        .await
+        .expect("delete");
+    // Pending: the kubelet reports an earlier resize it cannot admit.
+    let cond = json!({"status": {"conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible",
+        "message": "Node didn't have enough capacity", "observedGeneration": 1}]}});
+    c.pods()
+        .patch_status("pending", &PatchParams::default(), &Patch::Strategic(cond))
+        .await
+        .expect("pending condition");
+    let before = c
+        .generations(&[
+            "guaranteed",
+            "besteffort",
+            "opted-out",
+            "restart",
+            "terminating",
+            "pending",
+        ])
+        .await;
+    // A managed control pod proves the agent is acting meanwhile.
+    c.create(burstable("control", &node, "100m", Some("150m")))
+        .await;
+    c.wait_for("control", "raised", |p| cpu_limit_m(p, "app") == Some(400))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for (n, g) in before {
+        let p = c.get(&n).await;
+        assert_eq!(generation(&p), g, "{n} was patched");
+        assert!(
+            !touched_by_agent(&p),
+            "{n} carries the agent's field manager"
+        );
+    }
+    let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
+    for reason in [
+        "guaranteed",
+        "best_effort",
+        "opted_out",
+        "restart_policy",
+        "terminating",
+        "resize_pending",
+    ] {
+        assert!(
+            metric(
+                &s,
+                "headroom_pods",
+                &[("state", "unmanaged"), ("reason", reason)]
+            )
+            .unwrap_or(0.0)
+                >= 1.0,
+            "no unmanaged pod counted with reason {reason}"
+        );
+    }
+    // Let the finalizer go so the namespace can be cleaned.
+    let _ = c
+        .pods()
+        .patch(
+            "terminating",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+}
+
+/// FACTS §4 pod e: req cpu 100m / mem 128Mi, lim cpu 500m / mem 128Mi.
+fn pod_level_e(name: &str, node: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"nodeName": node,
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]}})
+}
+
+/// FACTS §4 pod b: pod req 100m/64Mi lim 500m/128Mi; container req 100m lim 400m.
+fn pod_level_b(name: &str, node: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"nodeName": node,
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "400m"}}}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_level_pods_are_managed_through_the_pod_limit_and_never_refused() {
+    let c = Cluster::start(ControlPlane::shared(), "podlvl", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(pod_level_e("e", &node)).await;
+    c.create(pod_level_b("b", &node)).await;
+    // Idle: pod-level limits rise to request × 4 (b: its container's 400m is the floor).
+    c.wait_for("e", "pod limit 400m", |p| pod_limit_m(p) == Some(400))
+        .await;
+    c.wait_for("b", "pod limit ≥ 400m", |p| {
+        pod_limit_m(p).is_some_and(|m| m >= 400)
+    })
+    .await;
+    assert_eq!(
+        cpu_limit(&c.get("b").await, "c").as_deref(),
+        Some("400m"),
+        "container limit of a pod-level pod untouched"
+    );
+    assert_eq!(
+        cpu_limit(&c.get("e").await, "c"),
+        None,
+        "no container limit added to a pod-level pod"
+    );
+    // Fill the node: e must stay strictly above its request (QoS), b at its container's limit.
+    let mut filler = burstable("filler", &node, "100m", None);
+    filler["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    c.create(filler).await;
+    c.wait_running("filler").await;
+    c.nodes[0].sim.set_demand(&c.ns, "filler", 4000);
+    c.wait_for("e", "pod limit at its QoS floor", |p| {
+        pod_limit_m(p) == Some(110)
+    })
+    .await;
+    c.wait_for("b", "pod limit at the container limit", |p| {
+        pod_limit_m(p) == Some(400)
+    })
+    .await;
+    let e = c.get("e").await;
+    assert_eq!(
+        e.status.as_ref().and_then(|s| s.qos_class.as_deref()),
+        Some("Burstable")
+    );
+    let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
+    assert_eq!(
+        metric(&s, "headroom_resizes_total", &[("result", "refused")]).unwrap_or(0.0),
+        0.0,
+        "a patch was refused"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_level_pods_are_unmanaged_with_a_reason_when_the_gate_is_off() {
+    let cp = ControlPlane::shared_with(
+        "gate-off",
+        ControlPlaneOptions::default().with_gate("InPlacePodLevelResourcesVerticalScaling", false),
+    );
+    let c = Cluster::start(cp, "gateoff", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(pod_level_e("e", &node)).await;
+    c.create(burstable("control", &node, "100m", Some("150m")))
+        .await;
+    c.wait_running("e").await;
+    c.wait_for("control", "raised", |p| cpu_limit_m(p, "app") == Some(400))
+        .await;
+    let t0 = Instant::now();
+    loop {
+        let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
+        if metric(
+            &s,
+            "headroom_pods",
+            &[("state", "unmanaged"), ("reason", "pod_level_unsupported")],
+        ) == Some(1.0)
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < WAIT,
+            "pod-level pod not reported unmanaged(pod_level_unsupported):\n{}",
+            c.agent(0).log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let e = c.get("e").await;
+    assert_eq!(generation(&e), 1, "pod-level pod patched with the gate off");
+    assert_eq!(pod_limit_m(&e), Some(500));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_load_after_convergence_sends_no_more_patches() {
+    let c = Cluster::start(ControlPlane::shared(), "steady", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    for (n, d) in [("s1", 80), ("s2", 150), ("s3", 300)] {
+        c.create(burstable(n, &node, "100m", Some("150m"))).await;
+        c.nodes[0].sim.set_demand(&c.ns, n, d);
+    }
+    for n in ["s1", "s2", "s3"] {
+        c.wait_for(n, "raised", |p| cpu_limit_m(p, "app") == Some(400))
+            .await;
+    }
+    // Converged: count patches (generation bumps) over a window of 20 s,
+    // 100 ticks of the agent.
+    let before = c.generations(&["s1", "s2", "s3"]).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let after = c.generations(&["s1", "s2", "s3"]).await;
+    let patches: i64 = after.iter().zip(&before).map(|(a, b)| a.1 - b.1).sum();
+    eprintln!("measured: {patches} patches for 3 pods in 20 s of steady load after convergence");
+    assert_eq!(
+        patches, 0,
+        "patches under steady load: before {before:?} after {after:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_the_agent_converges_without_extra_patches() {
+    let mut c = Cluster::start(ControlPlane::shared(), "restart", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("r1", &node, "100m", Some("150m"))).await;
+    c.create(burstable("r2", &node, "250m", Some("300m"))).await;
+    c.wait_for("r1", "raised", |p| cpu_limit_m(p, "app") == Some(400))
+        .await;
+    c.wait_for("r2", "raised", |p| cpu_limit_m(p, "app") == Some(1000))
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = (
+        generation(&c.get("r1").await),
+        generation(&c.get("r2").await),
+    );
+    let root = c.nodes[0].sim.config().cgroup_root.clone();
+    if let Some(mut a) = c.nodes[0].agent.take() {
+        a.stop().await;
+    }
+    let a = AgentProcess::start(
+        c.cp.kubeconfig_path(),
+        &node,
+        &root,
+        c.dir.path(),
+        &fast_args(),
+    )
+    .await
+    .expect("restart");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = (
+        generation(&c.get("r1").await),
+        generation(&c.get("r2").await),
+    );
+    assert_eq!(
+        before,
+        after,
+        "restarted agent patched converged pods:\n{}",
+        a.log_tail(20)
+    );
+    c.nodes[0].agent = Some(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_patches_nothing() {
+    let c = Cluster::start(
+        ControlPlane::shared(),
+        "dryrun",
+        &[Some(vec!["--dry-run".into()])],
+    )
+    .await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("d", &node, "100m", Some("150m"))).await;
+    c.wait_running("d").await;
+    let t0 = Instant::now();
+    while !c.agent(0).log().contains("dry-run: would resize") {
+        assert!(
+            t0.elapsed() < WAIT,
+            "no dry-run decision logged:\n{}",
+            c.agent(0).log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let p = c.get("d").await;
+    assert_eq!(generation(&p), 1);
+    assert_eq!(cpu_limit(&p, "app").as_deref(), Some("150m"));
+    assert!(!touched_by_agent(&p));
+    let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
+    assert!(metric(&s, "headroom_resizes_total", &[("result", "dry_run")]).unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        metric(&s, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0),
+        0.0
+    );
+}
