@@ -257,6 +257,7 @@ fn prometheus_crds() -> [Value; 2] {
             "selector": {"type": "object", "properties": {"matchLabels": labels}},
             "podMetricsEndpoints": {"type": "array", "items": {"type": "object", "properties": {
                 "port": {"type": "string"}, "path": {"type": "string"},
+                "honorLabels": {"type": "boolean"},
                 "interval": {"type": "string", "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"},
                 "relabelings": {"type": "array", "items": relabel}}}}
         }
