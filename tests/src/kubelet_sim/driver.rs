@@ -139,6 +139,7 @@ pub(crate) async fn register_node(client: &Client, cfg: &SimConfig) -> anyhow::R
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
             "message": "simulated kubelet is posting ready status",
             "lastHeartbeatTime": now, "lastTransitionTime": now}],
+        "declaredFeatures": cfg.declared_features,
         "addresses": [{"type": "InternalIP", "address": HOST_IP},
                       {"type": "Hostname", "address": cfg.node_name}],
     }});

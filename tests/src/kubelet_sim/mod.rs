@@ -6,7 +6,8 @@
 //! # What it simulates
 //!
 //! - **Node**: creates (or updates) the Node with `capacity` = `allocatable` (CPU,
-//!   memory, 110 pods) and a `Ready=True` condition. No heartbeats or leases.
+//!   memory, 110 pods), a `Ready=True` condition and `declaredFeatures` (see
+//!   [`SimConfig::declared_features`]). No heartbeats or leases.
 //! - **Cgroup tree** (FACTS §1) under `cgroup_root`, per [`SimLayout`] (kind's
 //!   `/kubelet` root with the systemd driver, plain systemd, cgroupfs) and
 //!   [`SimRuntime`] (containerd, CRI-O): kubepods, its QoS children, pod cgroups
@@ -121,6 +122,11 @@ pub struct SimConfig {
     pub write_mode: WriteMode,
     /// Weight of CFS throttling in the PSI stall fraction (see module docs).
     pub throttle_psi_weight: f64,
+    /// Node `status.declaredFeatures`. The apiserver (NodeDeclaredFeatures admission,
+    /// 1.37) refuses a resize of a pod with pod-level resources unless its node
+    /// declares `InPlacePodLevelResourcesVerticalScaling`: "pod update requires
+    /// features ... which are not available on node". Empty = an older kubelet.
+    pub declared_features: Vec<String>,
 }
 
 impl SimConfig {
@@ -140,6 +146,7 @@ impl SimConfig {
             tick: Duration::from_millis(100),
             write_mode: WriteMode::Rename,
             throttle_psi_weight: 0.25,
+            declared_features: vec!["InPlacePodLevelResourcesVerticalScaling".into()],
         }
     }
 }

@@ -13,7 +13,6 @@ pub struct ResizeState {
     pub target: PodPlan,
     pub apply_at: Instant,
     pub applied_at: Option<Instant>,
-    pub status_at: Option<Instant>,
 }
 
 /// What a generation bump means for the pod.
@@ -60,19 +59,18 @@ impl ResizeState {
             target,
             apply_at: now + resize_delay,
             applied_at: None,
-            status_at: None,
         }
     }
 
-    /// Advances the machine; `fault` is read at each step so tests may switch it.
+    /// Advances the machine; `fault` is read at each step so tests may switch it
+    /// (clearing `StaleStatus` lets a held status through at the next step).
     pub fn step(&mut self, now: Instant, fault: &Fault, status_delay: Duration) -> Step {
-        match (self.applied_at, self.status_at) {
-            (None, _) if now >= self.apply_at && !fault.blocks_apply() => {
+        match self.applied_at {
+            None if now >= self.apply_at && !fault.blocks_apply() => {
                 self.applied_at = Some(now);
-                self.status_at = Some(now + status_delay + fault.extra_status_delay());
                 Step::Apply
             }
-            (Some(_), Some(t)) if now >= t => Step::Report,
+            Some(t) if now >= t + status_delay + fault.extra_status_delay() => Step::Report,
             _ => Step::Wait,
         }
     }
@@ -128,5 +126,6 @@ mod tests {
         assert_eq!(r.step(t0 + 10 * d, &stale, d), Step::Apply);
         assert_eq!(r.step(t0 + 12 * d, &stale, d), Step::Wait);
         assert_eq!(r.step(t0 + 16 * d, &stale, d), Step::Report);
+        assert_eq!(r.step(t0 + 12 * d, &Fault::None, d), Step::Report);
     }
 }

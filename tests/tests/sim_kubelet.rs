@@ -1,0 +1,811 @@
+//! The simulated kubelet against a real kube-apiserver: pods run with container IDs
+//! and cgroup files in each layout, resizes land in `cpu.max` and then in status with
+//! the condition sequence, faults do what they say, the load model follows demand.
+//! Expected paths and values are spelled out here from FACTS.md, not computed by the
+//! simulator's own code.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{DeleteParams, Patch, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use testkit::control_plane::{ControlPlane, resize};
+use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet, SimLayout, SimRuntime};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Env {
+    client: Client,
+    ns: String,
+    node: String,
+    sim: SimKubelet,
+    _root: TempDir,
+}
+
+impl Env {
+    async fn start(prefix: &str, tune: impl FnOnce(&mut SimConfig)) -> Env {
+        let cp = ControlPlane::shared();
+        let client = cp.client().await;
+        let ns = cp.namespace(prefix).await;
+        let root = tempfile::tempdir().expect("tempdir");
+        let node = format!("{ns}-node");
+        let mut cfg = SimConfig::new(&node, root.path().join("cgroup"));
+        cfg.resize_delay = Duration::from_millis(100);
+        cfg.status_delay = Duration::from_millis(100);
+        tune(&mut cfg);
+        let sim = SimKubelet::start(client.clone(), cfg)
+            .await
+            .expect("sim starts");
+        Env {
+            client,
+            ns,
+            node,
+            sim,
+            _root: root,
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn root(&self) -> PathBuf {
+        self.sim.config().cgroup_root.clone()
+    }
+
+    async fn create(&self, name: &str, spec: Value) -> Pod {
+        let mut spec = spec;
+        spec["nodeName"] = json!(self.node);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name}, "spec": spec}))
+        .expect("pod json");
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+        self.running(name).await
+    }
+
+    /// Waits until the pod is Running with container IDs.
+    async fn running(&self, name: &str) -> Pod {
+        let pods = self.pods();
+        eventually("pod Running", || async {
+            let p = pods.get(name).await.ok()?;
+            let st = p.status.as_ref()?;
+            let ids = st
+                .container_statuses
+                .as_ref()?
+                .iter()
+                .all(|c| c.container_id.is_some());
+            (st.phase.as_deref() == Some("Running") && ids).then_some(p)
+        })
+        .await
+    }
+
+    async fn get(&self, name: &str) -> Pod {
+        self.pods().get(name).await.expect("get pod")
+    }
+
+    async fn resize(&self, name: &str, patch: Value) {
+        resize(&self.pods(), name, &Patch::Strategic(patch), false)
+            .await
+            .expect("resize admitted");
+    }
+}
+
+fn uid(p: &Pod) -> String {
+    p.metadata.uid.clone().expect("uid")
+}
+
+/// Polls `f` every 50 ms until it returns Some, failing after [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+async fn wait_file(path: PathBuf, want: &str) {
+    let want = format!("{want}\n");
+    eventually(&format!("{} = {want:?}", path.display()), || {
+        let got = std::fs::read_to_string(&path).ok();
+        let ok = got.as_deref() == Some(want.as_str());
+        async move { ok.then_some(()) }
+    })
+    .await
+}
+
+fn stat(dir: &Path) -> HashMap<String, u64> {
+    read(&dir.join("cpu.stat"))
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// `some`/`full` avg10 of a `cpu.pressure` file, in percent, and `some` total.
+fn pressure(dir: &Path) -> (f64, f64, u64) {
+    let text = read(&dir.join("cpu.pressure"));
+    let field = |line: &str, key: &str| -> String {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key))
+            .expect("psi field")
+            .to_string()
+    };
+    let some = text
+        .lines()
+        .find(|l| l.starts_with("some "))
+        .expect("some line");
+    let full = text
+        .lines()
+        .find(|l| l.starts_with("full "))
+        .expect("full line");
+    (
+        field(some, "avg10=").parse().expect("avg10"),
+        field(full, "avg10=").parse().expect("avg10"),
+        field(some, "total=").parse().expect("total"),
+    )
+}
+
+/// Average CPU rate (millicores) of a cgroup with a finite quota over at least
+/// `periods` CFS periods: usage per elapsed period, which is independent of how
+/// fast the test itself runs. `nr_periods` is a whole number, so the error is
+/// under 1/`periods`.
+async fn rate_m(dir: &Path, periods: u64) -> (f64, HashMap<String, u64>, HashMap<String, u64>) {
+    let before = eventually("cpu.stat with periods", || {
+        let s = stat(dir);
+        async move { (s["nr_periods"] > 0).then_some(s) }
+    })
+    .await;
+    let after = eventually("enough periods", || {
+        let s = stat(dir);
+        let ok = s["nr_periods"] >= before["nr_periods"] + periods;
+        async move { ok.then_some(s) }
+    })
+    .await;
+    let period: f64 = read(&dir.join("cpu.max"))
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("period in cpu.max");
+    let usage = (after["usage_usec"] - before["usage_usec"]) as f64;
+    let elapsed = (after["nr_periods"] - before["nr_periods"]) as f64 * period;
+    (usage / elapsed * 1000.0, before, after)
+}
+
+fn container(name: &str, req: &str, lim: Option<&str>) -> Value {
+    let mut res = json!({"requests": {"cpu": req, "memory": "64Mi"}});
+    if let Some(l) = lim {
+        res["limits"] = json!({"cpu": l});
+    }
+    json!({"name": name, "image": "registry.k8s.io/pause:3.10", "resources": res})
+}
+
+fn status_limit(p: &Pod, c: &str) -> Option<String> {
+    let cs = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == c)?;
+    Some(
+        cs.resources
+            .as_ref()?
+            .limits
+            .as_ref()?
+            .get("cpu")?
+            .0
+            .clone(),
+    )
+}
+
+fn status_request(p: &Pod, c: &str) -> Option<String> {
+    let cs = p
+        .status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|s| s.name == c)?;
+    Some(
+        cs.resources
+            .as_ref()?
+            .requests
+            .as_ref()?
+            .get("cpu")?
+            .0
+            .clone(),
+    )
+}
+
+/// `(observedGeneration of PodResizeInProgress)` if the condition is there.
+fn resize_condition(p: &Pod) -> Option<i64> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodResizeInProgress" && c.status == "True")
+        .map(|c| c.observed_generation.unwrap_or(-1))
+}
+
+fn raw_id(p: &Pod, c: &str, scheme: &str) -> String {
+    let cs = p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .expect("statuses");
+    let full = cs
+        .iter()
+        .find(|s| s.name == c)
+        .and_then(|s| s.container_id.clone())
+        .expect("id");
+    let id = full
+        .strip_prefix(scheme)
+        .unwrap_or_else(|| panic!("{full} lacks {scheme}"));
+    assert_eq!(id.len(), 64, "{full}");
+    assert!(id.chars().all(|c| c.is_ascii_hexdigit()), "{full}");
+    id.to_string()
+}
+
+#[tokio::test]
+async fn pod_runs_with_container_ids_and_cgroups_in_each_layout() {
+    let cases = [
+        (SimLayout::Kind, SimRuntime::Containerd),
+        (SimLayout::Systemd, SimRuntime::Crio),
+        (SimLayout::Cgroupfs, SimRuntime::Containerd),
+        (SimLayout::Cgroupfs, SimRuntime::Crio),
+    ];
+    for (layout, runtime) in cases {
+        let env = Env::start("sim-layout", |c| {
+            c.layout = layout;
+            c.runtime = runtime;
+        })
+        .await;
+        let pod = env
+            .create(
+                "web",
+                json!({"containers": [container("a", "100m", Some("500m")),
+                                      container("b", "50m", Some("250m"))]}),
+            )
+            .await;
+        let u = uid(&pod);
+        let u_ = u.replace('-', "_");
+        let (kubepods, pod_dir) = match layout {
+            SimLayout::Kind => (
+                "kubelet.slice/kubelet-kubepods.slice".to_string(),
+                format!(
+                    "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod{u_}.slice"
+                ),
+            ),
+            SimLayout::Systemd => (
+                "kubepods.slice".to_string(),
+                format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{u_}.slice"),
+            ),
+            SimLayout::Cgroupfs => ("kubepods".to_string(), format!("kubepods/burstable/pod{u}")),
+        };
+        let scheme = match runtime {
+            SimRuntime::Containerd => "containerd://",
+            SimRuntime::Crio => "cri-o://",
+        };
+        let systemd = layout != SimLayout::Cgroupfs;
+        let cname = |id: &str| match (runtime, systemd) {
+            (SimRuntime::Containerd, true) => format!("cri-containerd-{id}.scope"),
+            (SimRuntime::Containerd, false) => id.to_string(),
+            (SimRuntime::Crio, true) => format!("crio-{id}.scope"),
+            (SimRuntime::Crio, false) => format!("crio-{id}"),
+        };
+        let root = env.root();
+        let kp = root.join(&kubepods);
+        assert_eq!(read(&kp.join("cpu.max")), "max 100000\n", "{layout:?}");
+        assert!(
+            read(&kp.join("cgroup.controllers"))
+                .split_whitespace()
+                .any(|c| c == "cpu")
+        );
+        let pd = root.join(&pod_dir);
+        assert_eq!(env.sim.pod_cgroup_path(&env.ns, "web"), Some(pd.clone()));
+        assert_eq!(read(&pd.join("cpu.max")), "75000 100000\n", "{layout:?}");
+        for f in [
+            "cpu.weight",
+            "cpu.stat",
+            "cpu.pressure",
+            "cgroup.controllers",
+        ] {
+            assert!(pd.join(f).is_file(), "{layout:?} {f}");
+        }
+        let (a, b) = (raw_id(&pod, "a", scheme), raw_id(&pod, "b", scheme));
+        assert_eq!(read(&pd.join(cname(&a)).join("cpu.max")), "50000 100000\n");
+        assert_eq!(read(&pd.join(cname(&b)).join("cpu.max")), "25000 100000\n");
+        // The pause container and (CRI-O) conmon have cgroups of their own.
+        let children: Vec<String> = std::fs::read_dir(&pd)
+            .expect("pod dir")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let conmons = children
+            .iter()
+            .filter(|c| c.starts_with("crio-conmon-"))
+            .count();
+        match runtime {
+            SimRuntime::Containerd => assert_eq!(children.len(), 3, "{children:?}"),
+            SimRuntime::Crio => {
+                assert_eq!(conmons, 3, "{children:?}");
+                assert_eq!(children.len(), 6, "{children:?}");
+            }
+        }
+        let pause = env.sim.pause_cgroup_path(&env.ns, "web").expect("pause");
+        assert_eq!(read(&pause.join("cpu.max")), "max 100000\n");
+        // Status: resources and allocatedResources per container.
+        assert_eq!(status_limit(&pod, "a").as_deref(), Some("500m"));
+        assert_eq!(status_request(&pod, "b").as_deref(), Some("50m"));
+        let cs = &pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.clone())
+            .expect("cs")[0];
+        assert_eq!(
+            cs.allocated_resources
+                .as_ref()
+                .and_then(|r| r.get("cpu"))
+                .map(|q| q.0.as_str()),
+            Some("100m")
+        );
+        assert!(cs.state.as_ref().and_then(|s| s.running.as_ref()).is_some());
+        assert_eq!(
+            pod.status.as_ref().and_then(|s| s.observed_generation),
+            Some(1)
+        );
+        env.sim.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn guaranteed_pods_sit_under_kubepods_and_besteffort_under_its_qos() {
+    let env = Env::start("sim-qos", |c| c.layout = SimLayout::Systemd).await;
+    let g = env
+        .create(
+            "g",
+            json!({"containers": [{"name": "c", "image": "x",
+                "resources": {"limits": {"cpu": "300m", "memory": "64Mi"}}}]}),
+        )
+        .await;
+    let be = env
+        .create("be", json!({"containers": [{"name": "c", "image": "x"}]}))
+        .await;
+    let root = env.root();
+    let gd = root.join(format!(
+        "kubepods.slice/kubepods-pod{}.slice",
+        uid(&g).replace('-', "_")
+    ));
+    assert_eq!(read(&gd.join("cpu.max")), "30000 100000\n");
+    let bd = root.join(format!(
+        "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice",
+        uid(&be).replace('-', "_")
+    ));
+    assert_eq!(read(&bd.join("cpu.max")), "max 100000\n");
+    let c = env
+        .sim
+        .container_cgroup_path(&env.ns, "be", "c")
+        .expect("container");
+    assert_eq!(read(&c.join("cpu.max")), "max 100000\n");
+}
+
+#[tokio::test]
+async fn pod_level_limit_and_runtime_class_overhead_reach_pod_cpu_max() {
+    let env = Env::start("sim-podlevel", |c| c.layout = SimLayout::Cgroupfs).await;
+    let rc_name = format!("{}-rc", env.ns);
+    let rcs: Api<RuntimeClass> = Api::all(env.client.clone());
+    let rc: RuntimeClass = serde_json::from_value(json!({
+        "metadata": {"name": rc_name}, "handler": "runc",
+        "overhead": {"podFixed": {"cpu": "50m", "memory": "10Mi"}}}))
+    .expect("rc");
+    rcs.create(&PostParams::default(), &rc)
+        .await
+        .expect("runtime class");
+    // Unlimited container "a" follows the pod limit; "b" keeps its own.
+    env.create(
+        "p",
+        json!({"runtimeClassName": rc_name,
+               "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
+                             "limits": {"cpu": "500m", "memory": "128Mi"}},
+               "containers": [container("a", "50m", None), container("b", "50m", Some("400m"))]}),
+    )
+    .await;
+    let pd = env.sim.pod_cgroup_path(&env.ns, "p").expect("pod");
+    assert_eq!(read(&pd.join("cpu.max")), "55000 100000\n");
+    let a = env.sim.container_cgroup_path(&env.ns, "p", "a").expect("a");
+    let b = env.sim.container_cgroup_path(&env.ns, "p", "b").expect("b");
+    assert_eq!(read(&a.join("cpu.max")), "50000 100000\n");
+    assert_eq!(read(&b.join("cpu.max")), "40000 100000\n");
+    // A pod-level resize (FACTS §4 row "b | pod lim → 800m"): pod follows, b stays.
+    env.resize(
+        "p",
+        json!({"spec": {"resources": {"limits": {"cpu": "800m"}}}}),
+    )
+    .await;
+    wait_file(pd.join("cpu.max"), "85000 100000").await;
+    wait_file(a.join("cpu.max"), "80000 100000").await;
+    assert_eq!(read(&b.join("cpu.max")), "40000 100000\n");
+    let p = eventually("pod-level status", || async {
+        let p = env.pods().get("p").await.ok()?;
+        let lim = p
+            .status
+            .as_ref()?
+            .resources
+            .as_ref()?
+            .limits
+            .as_ref()?
+            .get("cpu")?
+            .0
+            .clone();
+        (lim == "800m").then_some(p)
+    })
+    .await;
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.observed_generation),
+        Some(2)
+    );
+}
+
+/// Every distinct (limit in status, condition generation, observedGeneration) the
+/// pod goes through, in order.
+type Phase = (Option<String>, Option<i64>, Option<i64>);
+
+#[tokio::test]
+async fn resize_lands_in_cpu_max_then_status_with_the_condition_sequence() {
+    let env = Env::start("sim-resize", |_| {}).await;
+    env.create(
+        "r",
+        json!({"containers": [container("c", "100m", Some("500m"))]}),
+    )
+    .await;
+    let c = env.sim.container_cgroup_path(&env.ns, "r", "c").expect("c");
+    let pd = env.sim.pod_cgroup_path(&env.ns, "r").expect("pod");
+
+    // Record every version of the pod the apiserver hands out.
+    let wc = watcher::Config::default().fields("metadata.name=r");
+    let mut stream = watcher::watcher(env.pods(), wc).applied_objects().boxed();
+    let seen = tokio::spawn(async move {
+        let mut phases: Vec<Phase> = Vec::new();
+        while let Some(Ok(p)) = stream.next().await {
+            let ph = (
+                status_limit(&p, "c"),
+                resize_condition(&p),
+                p.status.as_ref().and_then(|s| s.observed_generation),
+            );
+            if phases.last() != Some(&ph) {
+                phases.push(ph.clone());
+            }
+            if ph == (Some("800m".into()), None, Some(2)) {
+                break;
+            }
+        }
+        phases
+    });
+    env.resize(
+        "r",
+        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "800m"}}}]}}),
+    )
+    .await;
+    wait_file(c.join("cpu.max"), "80000 100000").await;
+    wait_file(pd.join("cpu.max"), "80000 100000").await;
+    let phases = tokio::time::timeout(WAIT, seen)
+        .await
+        .expect("sequence done")
+        .expect("task");
+    let s = |x: &str| Some(x.to_string());
+    assert_eq!(
+        phases,
+        vec![
+            (s("500m"), None, Some(1)),
+            (s("500m"), Some(2), Some(1)),
+            (s("800m"), None, Some(2))
+        ],
+    );
+    // The resize went through the subresource: requests kept.
+    assert_eq!(
+        status_request(&env.get("r").await, "c").as_deref(),
+        Some("100m")
+    );
+}
+
+#[tokio::test]
+async fn never_apply_then_stale_status_hold_each_phase_until_cleared() {
+    let env = Env::start("sim-hold", |_| {}).await;
+    env.create(
+        "h",
+        json!({"containers": [container("c", "100m", Some("500m"))]}),
+    )
+    .await;
+    let c = env.sim.container_cgroup_path(&env.ns, "h", "c").expect("c");
+    env.sim.set_fault(&env.ns, "h", Fault::NeverApply);
+    env.resize(
+        "h",
+        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "700m"}}}]}}),
+    )
+    .await;
+    let p = eventually("condition", || async {
+        let p = env.pods().get("h").await.ok()?;
+        (resize_condition(&p) == Some(2)).then_some(p)
+    })
+    .await;
+    // Acknowledged but not applied: cgroup and status keep 500m.
+    assert_eq!(read(&c.join("cpu.max")), "50000 100000\n");
+    assert_eq!(status_limit(&p, "c").as_deref(), Some("500m"));
+
+    env.sim
+        .set_fault(&env.ns, "h", Fault::StaleStatus(Duration::from_secs(3600)));
+    wait_file(c.join("cpu.max"), "70000 100000").await;
+    let p = env.get("h").await;
+    assert_eq!(
+        status_limit(&p, "c").as_deref(),
+        Some("500m"),
+        "status stays stale"
+    );
+    assert_eq!(resize_condition(&p), Some(2));
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.observed_generation),
+        Some(1)
+    );
+
+    env.sim.set_fault(&env.ns, "h", Fault::None);
+    let p = eventually("status catches up", || async {
+        let p = env.pods().get("h").await.ok()?;
+        (status_limit(&p, "c").as_deref() == Some("700m")).then_some(p)
+    })
+    .await;
+    assert_eq!(resize_condition(&p), None);
+    assert_eq!(
+        p.status.as_ref().and_then(|s| s.observed_generation),
+        Some(2)
+    );
+}
+
+#[tokio::test]
+async fn wrong_value_writes_the_given_cpu_max_and_reports_it_read_back() {
+    let env = Env::start("sim-wrong", |_| {}).await;
+    env.create(
+        "w",
+        json!({"containers": [container("c", "100m", Some("500m"))]}),
+    )
+    .await;
+    env.sim.set_fault(
+        &env.ns,
+        "w",
+        Fault::WrongValue {
+            container: Some("c".into()),
+            cpu_max: "11000 100000".into(),
+        },
+    );
+    env.resize(
+        "w",
+        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "101m"}}}]}}),
+    )
+    .await;
+    let c = env.sim.container_cgroup_path(&env.ns, "w", "c").expect("c");
+    let pd = env.sim.pod_cgroup_path(&env.ns, "w").expect("pod");
+    wait_file(c.join("cpu.max"), "11000 100000").await;
+    wait_file(pd.join("cpu.max"), "10100 100000").await;
+    let p = eventually("status", || async {
+        let p = env.pods().get("w").await.ok()?;
+        (p.status.as_ref()?.observed_generation == Some(2)).then_some(p)
+    })
+    .await;
+    assert_eq!(status_limit(&p, "c").as_deref(), Some("110m"));
+}
+
+#[tokio::test]
+async fn pod_only_updates_the_pod_cgroup_and_not_the_container() {
+    let env = Env::start("sim-podonly", |_| {}).await;
+    env.create(
+        "o",
+        json!({"containers": [container("c", "100m", Some("500m"))]}),
+    )
+    .await;
+    env.sim.set_fault(&env.ns, "o", Fault::PodOnly);
+    env.resize(
+        "o",
+        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "900m"}}}]}}),
+    )
+    .await;
+    let c = env.sim.container_cgroup_path(&env.ns, "o", "c").expect("c");
+    let pd = env.sim.pod_cgroup_path(&env.ns, "o").expect("pod");
+    wait_file(pd.join("cpu.max"), "90000 100000").await;
+    let p = eventually("status says done", || async {
+        let p = env.pods().get("o").await.ok()?;
+        (p.status.as_ref()?.observed_generation == Some(2)).then_some(p)
+    })
+    .await;
+    assert_eq!(status_limit(&p, "c").as_deref(), Some("900m"));
+    assert_eq!(read(&c.join("cpu.max")), "50000 100000\n");
+}
+
+#[tokio::test]
+async fn under_report_requests_lowers_status_requests_only() {
+    let env = Env::start("sim-under", |_| {}).await;
+    env.sim
+        .set_fault(&env.ns, "u", Fault::UnderReportRequests { factor: 0.79 });
+    let p = env
+        .create(
+            "u",
+            json!({"containers": [container("c", "100m", Some("500m"))]}),
+        )
+        .await;
+    assert_eq!(status_request(&p, "c").as_deref(), Some("79m"));
+    let cs = &p
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.clone())
+        .expect("cs")[0];
+    assert_eq!(
+        cs.allocated_resources
+            .as_ref()
+            .and_then(|r| r.get("cpu"))
+            .map(|q| q.0.as_str()),
+        Some("100m")
+    );
+}
+
+#[tokio::test]
+async fn usage_and_throttling_follow_demand_against_the_limit() {
+    // A 10 ms CFS period gives many periods per second, hence precise rates.
+    let env = Env::start("sim-load", |c| c.period_us = 10_000).await;
+    env.create(
+        "l",
+        json!({"containers": [container("c", "100m", Some("500m"))]}),
+    )
+    .await;
+    let c = env.sim.container_cgroup_path(&env.ns, "l", "c").expect("c");
+
+    env.sim.set_demand(&env.ns, "l", 200);
+    let (rate, before, after) = rate_m(&c, 100).await;
+    assert!((rate - 200.0).abs() < 10.0, "rate {rate}");
+    assert_eq!(after["nr_throttled"], before["nr_throttled"]);
+
+    env.sim.set_demand(&env.ns, "l", 800);
+    let _ = rate_m(&c, 2).await; // let the new demand take hold
+    let (rate, before, after) = rate_m(&c, 100).await;
+    assert!((rate - 500.0).abs() < 15.0, "rate {rate}");
+    assert!(
+        after["nr_throttled"] >= before["nr_throttled"] + 90,
+        "{before:?} {after:?}"
+    );
+    assert!(after["throttled_usec"] > before["throttled_usec"]);
+
+    // An out-of-band cpu.max takes effect like in the kernel.
+    env.sim
+        .write_cpu_max_out_of_band(&env.ns, "l", Some("c"), "2000 10000")
+        .expect("write");
+    assert_eq!(read(&c.join("cpu.max")), "2000 10000\n");
+    let _ = rate_m(&c, 2).await;
+    let (rate, _, _) = rate_m(&c, 100).await;
+    assert!((rate - 200.0).abs() < 10.0, "rate {rate}");
+
+    // The pod cgroup and kubepods aggregate the container.
+    let pd = env.sim.pod_cgroup_path(&env.ns, "l").expect("pod");
+    let kp = env.sim.kubepods_path();
+    assert!(stat(&pd)["usage_usec"] > 0);
+    assert!(stat(&kp)["usage_usec"] >= stat(&pd)["usage_usec"]);
+}
+
+#[tokio::test]
+async fn pressure_rises_when_total_demand_exceeds_capacity() {
+    let env = Env::start("sim-psi", |c| {
+        c.allocatable_cpu_m = 1000;
+        c.period_us = 10_000;
+    })
+    .await;
+    for name in ["x", "y"] {
+        env.create(
+            name,
+            json!({"containers": [container("c", "100m", Some("2"))]}),
+        )
+        .await;
+    }
+    let kp = env.sim.kubepods_path();
+    let cx = env.sim.container_cgroup_path(&env.ns, "x", "c").expect("x");
+    let cy = env.sim.container_cgroup_path(&env.ns, "y", "c").expect("y");
+
+    // Under capacity: no stall.
+    env.sim.set_demand(&env.ns, "x", 300);
+    env.sim.set_demand(&env.ns, "y", 300);
+    let _ = rate_m(&cx, 100).await;
+    let (some, full, total0) = pressure(&kp);
+    assert_eq!((some, full, total0), (0.0, 0.0, 0));
+
+    // Over capacity: 1000m shared evenly, pressure rises.
+    env.sim.set_demand(&env.ns, "x", 1000);
+    env.sim.set_demand(&env.ns, "y", 1000);
+    let _ = rate_m(&cx, 2).await;
+    let (rx, _, _) = rate_m(&cx, 100).await;
+    let (ry, _, _) = rate_m(&cy, 100).await;
+    assert!(
+        (rx - 500.0).abs() < 25.0 && (ry - 500.0).abs() < 25.0,
+        "{rx} {ry}"
+    );
+    let (some, full, total) = eventually("pressure", || {
+        let p = pressure(&kp);
+        async move { (p.0 > 10.0).then_some(p) }
+    })
+    .await;
+    assert!(some > full && full > 0.0, "some {some} full {full}");
+    assert!(total > total0);
+    assert_eq!(stat(&cx)["nr_throttled"], 0, "contention is not throttling");
+}
+
+#[tokio::test]
+async fn pod_deletion_removes_the_cgroup_and_the_pod() {
+    let env = Env::start("sim-delete", |_| {}).await;
+    env.create(
+        "d",
+        json!({"containers": [container("c", "100m", Some("500m"))]}),
+    )
+    .await;
+    let pd = env.sim.pod_cgroup_path(&env.ns, "d").expect("pod");
+    assert!(pd.is_dir());
+    env.pods()
+        .delete("d", &DeleteParams::default())
+        .await
+        .expect("delete");
+    eventually("pod gone", || async {
+        match env.pods().get("d").await {
+            Err(kube::Error::Api(e)) if e.code == 404 => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(!pd.exists());
+    assert_eq!(env.sim.pod_cgroup_path(&env.ns, "d"), None);
+}
+
+#[tokio::test]
+async fn pod_level_resize_is_refused_when_the_node_does_not_declare_the_feature() {
+    let env = Env::start("sim-nodecl", |c| c.declared_features.clear()).await;
+    env.create(
+        "p",
+        json!({"resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                             "limits": {"cpu": "500m", "memory": "128Mi"}},
+               "containers": [{"name": "a", "image": "x", "resources": {"requests": {"cpu": "50m"}}}]}),
+    )
+    .await;
+    let patch = json!({"spec": {"resources": {"limits": {"cpu": "800m"}}}});
+    let err = resize(&env.pods(), "p", &Patch::Strategic(patch), false)
+        .await
+        .expect_err("refused");
+    let msg = testkit::control_plane::api_message(&err).expect("api error");
+    assert_eq!(
+        msg,
+        format!(
+            "pods \"p\" is forbidden: pod update requires features InPlacePodLevelResourcesVerticalScaling which are not available on node \"{}\"",
+            env.node
+        )
+    );
+}
