@@ -447,7 +447,7 @@ impl ControlPlane {
                 .get_or_init(|| Mutex::new(HashMap::new()))
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            *slots
+            slots
                 .entry(key.to_string())
                 .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
         };
@@ -682,8 +682,10 @@ pub async fn resize(
     patch: &Patch<serde_json::Value>,
     dry_run: bool,
 ) -> kube::Result<Pod> {
-    let mut pp = PatchParams::default();
-    pp.dry_run = dry_run;
+    let pp = PatchParams {
+        dry_run,
+        ..PatchParams::default()
+    };
     api.patch_subresource("resize", name, &pp, patch).await
 }
 

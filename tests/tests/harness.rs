@@ -128,11 +128,15 @@ async fn pod_bound_token_carries_the_node_name() {
     );
 }
 
-#[tokio::test]
-async fn dropping_a_control_plane_kills_its_processes() {
+#[test]
+fn dropping_a_control_plane_kills_its_processes() {
     let _heavy = HEAVY.lock().unwrap_or_else(|p| p.into_inner());
-    let cp = ControlPlane::start(ControlPlaneOptions::default())
-        .await
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let cp = rt
+        .block_on(ControlPlane::start(ControlPlaneOptions::default()))
         .unwrap();
     let (etcd, api) = (cp.etcd_pid(), cp.apiserver_pid());
     let dir = cp.dir().to_path_buf();
