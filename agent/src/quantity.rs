@@ -20,7 +20,7 @@ pub fn bytes(q: &str) -> Result<u64, QuantityError> {
 
 /// Formats millicores the way kubectl would write them back ("800m", "2").
 pub fn format_cpu_millis(m: u64) -> String {
-    if m % 1000 == 0 {
+    if m.is_multiple_of(1000) {
         format!("{}", m / 1000)
     } else {
         format!("{m}m")

@@ -392,8 +392,14 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
     let mut restart = burstable("restart", &node, "100m", Some("150m"));
     restart["spec"]["containers"][0]["resizePolicy"] =
         json!([{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]);
+    // Terminating and pending pods start opted out, so the agent cannot
+    // patch them before they are in that state; the opt-out is lifted below.
+    let hold = json!({"headroom.dev/managed": "false"});
     let mut terminating = burstable("terminating", &node, "100m", Some("150m"));
     terminating["metadata"]["finalizers"] = json!(["headroom.test/hold"]);
+    terminating["metadata"]["annotations"] = hold.clone();
+    let mut pending = burstable("pending", &node, "100m", Some("150m"));
+    pending["metadata"]["annotations"] = hold;
     for p in [
         guaranteed,
         besteffort,

@@ -19,6 +19,9 @@ pub enum Refusal {
     WindowsPod,
     /// Pod-level resources with `InPlacePodLevelResourcesVerticalScaling` off.
     PodLevelGateOff,
+    /// The Node does not declare a feature the resize needs
+    /// (`status.declaredFeatures`, e.g. InPlacePodLevelResourcesVerticalScaling).
+    NodeLacksFeature,
     /// Pod-level limit under a container's own limit.
     BelowContainerLimit,
     /// Limit under the request.
@@ -38,6 +41,7 @@ impl Refusal {
             Refusal::StaticPod => "static_pod",
             Refusal::WindowsPod => "windows_pod",
             Refusal::PodLevelGateOff => "pod_level_gate_off",
+            Refusal::NodeLacksFeature => "node_lacks_feature",
             Refusal::BelowContainerLimit => "below_container_limit",
             Refusal::BelowRequest => "below_request",
             Refusal::Invalid => "invalid",
@@ -106,9 +110,7 @@ pub fn classify_status(
     match code {
         404 => Outcome::NotFound,
         409 => Outcome::Conflict,
-        401 | 403 if !message.contains("resize of pods with pod-level resources is forbidden") => {
-            Outcome::Forbidden(message)
-        }
+        401 | 403 if !is_refusal_403(&message) => Outcome::Forbidden(message),
         429 => Outcome::Transient {
             class: "throttled",
             message,
@@ -132,6 +134,13 @@ pub fn classify_status(
     }
 }
 
+/// 403s that are about the pod or node, not about who asks: admission
+/// answers to treat as refusals rather than RBAC alarms.
+fn is_refusal_403(msg: &str) -> bool {
+    msg.contains("resize of pods with pod-level resources is forbidden")
+        || (msg.contains("requires features") && msg.contains("not available on node"))
+}
+
 fn refusal_of(msg: &str, attempted_m: Millis, quantum_m: Millis) -> (Refusal, Option<Millis>) {
     if msg.contains("Pod QOS Class may not change as a result of resizing") {
         // Pod e (FACTS §4): at the request it would turn Guaranteed; one
@@ -140,6 +149,9 @@ fn refusal_of(msg: &str, attempted_m: Millis, quantum_m: Millis) -> (Refusal, Op
     }
     if msg.contains("resize of pods with pod-level resources is forbidden") {
         return (Refusal::PodLevelGateOff, None);
+    }
+    if msg.contains("requires features") && msg.contains("not available on node") {
+        return (Refusal::NodeLacksFeature, None);
     }
     if msg.contains("resource requests cannot be removed") {
         return (Refusal::RequestsRemoved, None);
@@ -219,6 +231,23 @@ mod tests {
     fn gate_off_is_a_refusal_not_an_rbac_alarm() {
         let msg = "The Pod \"a\" is invalid: []: Forbidden: resize of pods with pod-level resources is forbidden when InPlacePodLevelResourcesVerticalScalingEnabled feature gate is disabled";
         assert_eq!(refused(422, msg, 800), (Refusal::PodLevelGateOff, None));
+    }
+
+    #[test]
+    fn undeclared_node_feature_is_a_refusal_not_an_rbac_alarm() {
+        // Seen on kube-apiserver 1.37.2 when the Node's status.declaredFeatures
+        // lacks the pod-level resize feature.
+        let msg = "pods \"p\" is forbidden: pod update requires features InPlacePodLevelResourcesVerticalScaling which are not available on node \"n1\"";
+        assert_eq!(refused(403, msg, 800), (Refusal::NodeLacksFeature, None));
+        assert!(matches!(
+            classify_status(
+                403,
+                "pods \"p\" is forbidden: User \"x\" cannot patch resource \"pods/resize\"",
+                1,
+                10
+            ),
+            Outcome::Forbidden(_)
+        ));
     }
 
     #[test]

@@ -21,8 +21,10 @@ pub async fn send(
     quantum_m: Millis,
     dry_run: bool,
 ) -> (Outcome, Option<Pod>) {
-    let mut pp = PatchParams::default();
-    pp.field_manager = Some(FIELD_MANAGER.into());
+    let mut pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
     if dry_run {
         pp = pp.dry_run();
     }

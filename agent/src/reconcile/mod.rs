@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
 use crate::cgroup::{self, Layout, NodeSnapshot, PodCgroup};
-use crate::kube::classify::Outcome;
+use crate::kube::classify::{Outcome, Refusal};
 use crate::kube::events::{
     EventSink, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED,
 };
@@ -250,7 +250,7 @@ impl Agent {
     }
 
     async fn probe_pod_level(&mut self, views: &[PodView], round: &Round) {
-        if self.pod_level_supported.is_some() || self.settings.dry_run && false {
+        if self.pod_level_supported.is_some() {
             return;
         }
         let Some(d) = round
@@ -357,6 +357,14 @@ impl Agent {
                 match floor_m {
                     Some(f) => self.memory.learn_floor(&p.uid, f),
                     None => self.memory.refused(&p.uid, now),
+                }
+                if matches!(
+                    refusal,
+                    Refusal::PodLevelGateOff | Refusal::NodeLacksFeature
+                ) {
+                    // Cluster gate off or node lacks the feature: every
+                    // pod-level pod of this node becomes unmanaged.
+                    self.pod_level_supported = Some(false);
                 }
                 tracing::warn!(pod = %view.key(), reason = refusal.as_str(), learned_floor = ?floor_m, %message, "resize refused");
                 let note = format!(
