@@ -418,13 +418,20 @@ impl Agent {
                 continue;
             }
             self.resizes.kubelet_status(&v.uid, &v.resize, now);
-            let matches = cgroups.get(v.uid.as_str()).is_some_and(|cg| {
-                let expected = verify::expected_cpu_max(
-                    v,
-                    cg.sample.as_ref().map_or(100_000, |s| s.cpu_max.period_us),
-                );
-                verify::compare(&expected, cg, self.layout.driver).is_empty()
-            });
+            // The pod cache may still hold the pre-patch spec: the cgroups
+            // match that trivially, which would verify a resize never applied.
+            let spec_current = self
+                .resizes
+                .generation(&v.uid)
+                .is_none_or(|g| v.generation >= g);
+            let matches = spec_current
+                && cgroups.get(v.uid.as_str()).is_some_and(|cg| {
+                    let expected = verify::expected_cpu_max(
+                        v,
+                        cg.sample.as_ref().map_or(100_000, |s| s.cpu_max.period_us),
+                    );
+                    verify::compare(&expected, cg, self.layout.driver).is_empty()
+                });
             if let Some(o) = self.resizes.checked(&v.uid, matches, now) {
                 let dir = self
                     .inflight_dir

@@ -324,6 +324,11 @@ impl ResizeTracker {
         Some(outcome)
     }
 
+    /// Generation of the resize in flight for `uid`, if any.
+    pub fn generation(&self, uid: &str) -> Option<i64> {
+        self.inflight.get(uid).map(|r| r.generation)
+    }
+
     /// The pod is gone: nothing to verify.
     pub fn forget(&mut self, uid: &str) {
         self.inflight.remove(uid);
