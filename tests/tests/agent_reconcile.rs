@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
-use testkit::kubelet_sim::{SimConfig, SimKubelet};
+use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -216,6 +216,16 @@ fn pod_limit_m(p: &Pod) -> Option<u64> {
     headroom::quantity::cpu_millis(&q.0).ok()
 }
 
+fn has_pending(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "PodResizePending" && c.status == "True")
+        })
+}
+
 fn generation(p: &Pod) -> i64 {
     p.metadata.generation.unwrap_or(0)
 }
@@ -399,14 +409,21 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
     terminating["metadata"]["finalizers"] = json!(["headroom.test/hold"]);
     terminating["metadata"]["annotations"] = hold.clone();
     let mut pending = burstable("pending", &node, "100m", Some("150m"));
-    pending["metadata"]["annotations"] = hold;
+    pending["metadata"]["annotations"] = hold.clone();
+    // Resizing: a user's resize the kubelet acknowledges but never finishes.
+    let mut resizing = burstable("resizing", &node, "100m", Some("150m"));
+    resizing["metadata"]["annotations"] = hold;
+    c.nodes[0]
+        .sim
+        .set_fault(&c.ns, "resizing", Fault::NeverApply);
     for p in [
         guaranteed,
         besteffort,
         opted_out,
         restart,
         terminating,
-        burstable("pending", &node, "100m", Some("150m")),
+        pending,
+        resizing,
     ] {
         c.create(p).await;
     }
@@ -417,9 +434,29 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
         "restart",
         "terminating",
         "pending",
+        "resizing",
     ] {
         c.wait_running(n).await;
     }
+    c.pods()
+        .patch_subresource(
+            "resize",
+            "resizing",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": "200m"}}}]}})),
+        )
+        .await
+        .expect("user resize");
+    c.wait_for("resizing", "PodResizeInProgress", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "PodResizeInProgress" && c.status == "True")
+            })
+    })
+    .await;
     // Terminating: deleted but held by a finalizer.
     c.pods()
         .delete("terminating", &DeleteParams::default())
@@ -432,6 +469,14 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
         .patch_status("pending", &PatchParams::default(), &Patch::Strategic(cond))
         .await
         .expect("pending condition");
+    c.wait_for("pending", "PodResizePending", has_pending).await;
+    let lift = Patch::Merge(json!({"metadata": {"annotations": {"headroom.dev/managed": null}}}));
+    for n in ["terminating", "pending", "resizing"] {
+        c.pods()
+            .patch(n, &PatchParams::default(), &lift)
+            .await
+            .expect("lift opt-out");
+    }
     let before = c
         .generations(&[
             "guaranteed",
@@ -440,6 +485,7 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
             "restart",
             "terminating",
             "pending",
+            "resizing",
         ])
         .await;
     // A managed control pod proves the agent is acting meanwhile.
@@ -453,9 +499,21 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
         assert_eq!(generation(&p), g, "{n} was patched");
         assert!(
             !touched_by_agent(&p),
-            "{n} carries the agent's field manager"
+            "{n} carries the agent's field manager: {:?}\n{}",
+            p.metadata.managed_fields,
+            c.agent(0)
+                .log()
+                .lines()
+                .filter(|l| l.contains(n.as_str()))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
+    // The test only means something if the conditions held throughout.
+    assert!(
+        has_pending(&c.get("pending").await),
+        "PodResizePending vanished during the test"
+    );
     let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
     for reason in [
         "guaranteed",
@@ -464,6 +522,7 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
         "restart_policy",
         "terminating",
         "resize_pending",
+        "resize_in_progress",
     ] {
         assert!(
             metric(

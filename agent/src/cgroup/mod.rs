@@ -16,5 +16,5 @@ pub mod scan;
 mod types;
 
 pub use layout::{LayoutError, discover};
-pub use scan::{ScanError, mark_roles, scan};
+pub use scan::{Depth, ScanError, mark_roles, rescan, scan};
 pub use types::*;

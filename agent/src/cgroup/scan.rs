@@ -29,7 +29,7 @@ pub enum ScanError {
 pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, ScanError> {
     let mut r = Reader {
         path: root.join(&layout.kubepods),
-        buf: Vec::with_capacity(512),
+        buf: Buf::default(),
         root: root.to_path_buf(),
     };
     let kubepods = r.sample().map_err(ScanError::Kubepods)?;
@@ -64,6 +64,67 @@ pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, Sc
     })
 }
 
+/// How much of one pod [`rescan`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Not read: left out of the snapshot.
+    Skip,
+    /// `cpu.stat` only (usage and throttling); the other values are carried
+    /// over from the index snapshot, so they are as old as that scan.
+    Stat,
+    /// Everything, as [`scan`] reads it (pod files and container `cpu.max`).
+    Full,
+}
+
+/// A cheaper tick: kubepods in full, and only the pods of `index` (the last
+/// full [`scan`]) that `depth` asks for, without listing any directory.
+/// The agent reads `cpu.stat` of managed pods every tick and everything else
+/// on the audit interval; a pod missing from `index` needs a full scan.
+pub fn rescan(
+    root: &Path,
+    index: &NodeSnapshot,
+    at_us: u64,
+    depth: impl Fn(&str) -> Depth,
+) -> Result<NodeSnapshot, ScanError> {
+    let mut r = Reader {
+        path: root.join(&index.layout.kubepods),
+        buf: Buf::default(),
+        root: root.to_path_buf(),
+    };
+    let kubepods = r.sample().map_err(ScanError::Kubepods)?;
+    let mut pods = Vec::new();
+    for p in &index.pods {
+        let d = depth(&p.uid);
+        if d == Depth::Skip {
+            continue;
+        }
+        r.path = root.join(&p.path);
+        if d == Depth::Full {
+            pods.push(r.pod(p.uid.clone(), p.qos));
+            continue;
+        }
+        let stat = r.required("cpu.stat", parse::cpu_stat);
+        let sample = match (stat, &p.sample) {
+            (Ok(cpu_stat), Ok(old)) => Ok(CgroupSample {
+                cpu_stat,
+                ..old.clone()
+            }),
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(e.clone()),
+        };
+        pods.push(PodCgroup {
+            sample,
+            ..p.clone()
+        });
+    }
+    Ok(NodeSnapshot {
+        at_us,
+        layout: index.layout.clone(),
+        kubepods,
+        pods,
+    })
+}
+
 /// Sets each container's role from the ids the pod's status lists: listed →
 /// App, not listed → Sandbox (the pause container), CRI-O's conmon stays
 /// Conmon. A container started after the status was read shows as Sandbox
@@ -84,8 +145,36 @@ pub fn mark_roles(pod: &mut PodCgroup, app_container_ids: &[&str]) {
 struct Reader {
     /// Absolute path of the cgroup being read; files are pushed and popped.
     path: PathBuf,
-    buf: Vec<u8>,
+    buf: Buf,
     root: PathBuf,
+}
+
+/// A reusable read buffer: `data[..len]` holds the last file read.
+#[derive(Default)]
+struct Buf {
+    data: Vec<u8>,
+    len: usize,
+}
+
+/// Reads `f` to EOF into `b`. Unlike `read_to_end`/`fs::read` it does not
+/// `statx` the file for a size hint (cgroupfs reports size 4096 or 0 anyway),
+/// which saves one syscall per file.
+fn read_all(f: &mut File, b: &mut Buf) -> std::io::Result<usize> {
+    b.len = 0;
+    if b.data.len() < 4096 {
+        b.data.resize(4096, 0);
+    }
+    loop {
+        match f.read(&mut b.data[b.len..]) {
+            Ok(0) => return Ok(b.len),
+            Ok(n) => b.len += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if b.len == b.data.len() {
+            b.data.resize(b.len * 2, 0);
+        }
+    }
 }
 
 enum Read1 {
@@ -94,6 +183,10 @@ enum Read1 {
 }
 
 impl Reader {
+    fn data(&self) -> &[u8] {
+        &self.buf.data[..self.buf.len]
+    }
+
     fn rel(&self) -> PathBuf {
         self.path
             .strip_prefix(&self.root)
@@ -110,8 +203,7 @@ impl Reader {
     /// Reads `file` of the current cgroup into `self.buf`.
     fn read(&mut self, file: &str) -> Result<Read1, CgroupError> {
         self.path.push(file);
-        self.buf.clear();
-        let res = File::open(&self.path).and_then(|mut f| f.read_to_end(&mut self.buf));
+        let res = File::open(&self.path).and_then(|mut f| read_all(&mut f, &mut self.buf));
         let out = match res {
             Ok(_) => Ok(Read1::Ok),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(Read1::NotFound),
@@ -146,7 +238,7 @@ impl Reader {
         p: fn(&[u8]) -> Result<T, ParseError>,
     ) -> Result<T, CgroupError> {
         match self.read(file)? {
-            Read1::Ok => p(&self.buf).map_err(|e| self.malformed(file, e)),
+            Read1::Ok => p(self.data()).map_err(|e| self.malformed(file, e)),
             Read1::NotFound => Err(self.absent(file)),
         }
     }
@@ -158,7 +250,9 @@ impl Reader {
     ) -> Result<Option<T>, CgroupError> {
         // PSI disabled in the kernel: reading cpu.pressure fails with EOPNOTSUPP.
         match self.read(file) {
-            Ok(Read1::Ok) => p(&self.buf).map(Some).map_err(|e| self.malformed(file, e)),
+            Ok(Read1::Ok) => p(self.data())
+                .map(Some)
+                .map_err(|e| self.malformed(file, e)),
             Ok(Read1::NotFound) => Ok(None),
             Err(CgroupError::Io { .. }) if file == "cpu.pressure" => Ok(None),
             Err(e) => Err(e),
@@ -236,6 +330,70 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rescan_reads_only_what_depth_asks() {
+        let (t, layout) = tree();
+        let full = scan(t.path(), &layout, 0).unwrap();
+        let g = full
+            .pods
+            .iter()
+            .find(|p| p.qos == Qos::Guaranteed)
+            .unwrap()
+            .clone();
+        let gdir = t.path().join(&g.path);
+        fs::write(
+            gdir.join("cpu.stat"),
+            "usage_usec 900\nuser_usec 500\nsystem_usec 400\n",
+        )
+        .unwrap();
+        fs::write(gdir.join("cpu.max"), "70000 100000\n").unwrap();
+        let light = rescan(t.path(), &full, 5, |uid| {
+            if uid == g.uid {
+                Depth::Stat
+            } else {
+                Depth::Skip
+            }
+        })
+        .unwrap();
+        assert_eq!(light.pods.len(), 1, "skipped pods are left out");
+        let s = light.pods[0].sample.as_ref().unwrap();
+        assert_eq!(s.cpu_stat.usage_usec, 900, "cpu.stat re-read");
+        assert_eq!(
+            s.cpu_max,
+            g.sample.as_ref().unwrap().cpu_max,
+            "cpu.max carried over at Stat depth"
+        );
+        let deep = rescan(t.path(), &full, 6, |_| Depth::Full).unwrap();
+        assert_eq!(deep.pods.len(), full.pods.len());
+        let s = deep
+            .pods
+            .iter()
+            .find(|p| p.uid == g.uid)
+            .unwrap()
+            .sample
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            s.cpu_max.quota_us,
+            Some(70000),
+            "cpu.max re-read at Full depth"
+        );
+        fs::remove_dir_all(&gdir).unwrap();
+        let gone = rescan(t.path(), &full, 7, |uid| {
+            if uid == g.uid {
+                Depth::Stat
+            } else {
+                Depth::Skip
+            }
+        })
+        .unwrap();
+        assert!(
+            matches!(gone.pods[0].sample, Err(CgroupError::Vanished(_))),
+            "{:?}",
+            gone.pods[0].sample
+        );
+    }
     use crate::cgroup::layout::discover;
     use crate::cgroup::types::{Driver, Runtime};
     use std::fs;
@@ -333,7 +491,7 @@ mod tests {
         let (t, l) = tree();
         let mut r = Reader {
             path: t.path().join("kubepods.slice/kubepods-podgone.slice"),
-            buf: Vec::new(),
+            buf: Buf::default(),
             root: t.path().to_path_buf(),
         };
         let p = r.pod("gone".into(), Qos::Guaranteed);
@@ -360,6 +518,20 @@ mod tests {
         let smp = gp.sample.as_ref().unwrap();
         assert_eq!(smp.pressure, None);
         assert_eq!(smp.weight, None);
+    }
+
+    #[test]
+    fn files_larger_than_the_buffer_are_read_whole() {
+        let (t, l) = tree();
+        let g = t
+            .path()
+            .join("kubepods.slice/kubepods-pod11111111_2222.slice");
+        let mut big = "x_unknown_key 1\n".repeat(1000);
+        big.push_str("usage_usec 4242\n");
+        fs::write(g.join("cpu.stat"), big).unwrap();
+        let s = scan(t.path(), &l, 0).unwrap();
+        let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
+        assert_eq!(gp.sample.as_ref().unwrap().cpu_stat.usage_usec, 4242);
     }
 
     #[test]

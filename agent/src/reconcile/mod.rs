@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
-use crate::cgroup::{self, Layout, NodeSnapshot, PodCgroup};
+use crate::cgroup::{self, Depth, Layout, NodeSnapshot, PodCgroup};
 use crate::kube::classify::{Outcome, Refusal};
 use crate::kube::events::{
     EventSink, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED,
@@ -30,6 +30,10 @@ use crate::verify::{self, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker
 
 use memory::Memory;
 pub use round::{Round, observe_round};
+
+/// Minimum time between full scans triggered by a pod whose cgroup is not
+/// known yet (a Running pod without a cgroup must not force one every tick).
+const NEW_POD_RESCAN: Duration = Duration::from_secs(2);
 
 /// Settings of the `run` loop (flags of `headroom-agent run`).
 #[derive(Debug, Clone)]
@@ -61,6 +65,12 @@ pub struct Agent {
     /// Direction of each in-flight resize, for the verified/unverified metric.
     inflight_dir: HashMap<String, Direction>,
     prev: Option<NodeSnapshot>,
+    /// Last full scan: where every pod's cgroup is.
+    index: Option<NodeSnapshot>,
+    index_uids: HashSet<String>,
+    last_full: Option<Duration>,
+    /// Pods managed in the last round (their cpu.stat is read every tick).
+    managed: HashSet<String>,
     last_audit: Option<Duration>,
     audit_requested: bool,
     pod_level_supported: Option<bool>,
@@ -93,6 +103,10 @@ impl Agent {
             resizes,
             inflight_dir: HashMap::new(),
             prev: None,
+            index: None,
+            index_uids: HashSet::new(),
+            last_full: None,
+            managed: HashSet::new(),
             last_audit: None,
             audit_requested: true,
             pod_level_supported: None,
@@ -151,18 +165,49 @@ impl Agent {
     pub async fn tick(&mut self) -> Option<Round> {
         let now = self.now();
         let t_scan = Instant::now();
-        let mut snap = match cgroup::scan(
-            &self.settings.cgroup_root,
-            &self.layout,
-            now.as_micros() as u64,
-        ) {
+        let views = self.views();
+        // Full scan (every pod's files and container cpu.max) on the audit
+        // interval, on inotify events and for pods not seen yet; otherwise
+        // only kubepods, managed pods' cpu.stat and in-flight resizes.
+        let audit_due = self.audit_requested
+            || self
+                .last_audit
+                .is_none_or(|t| now.saturating_sub(t) >= self.settings.audit_interval);
+        let unseen = views
+            .iter()
+            .any(|v| v.is_running() && !self.index_uids.contains(&v.uid));
+        let full = self.index.is_none()
+            || audit_due
+            || (unseen
+                && self
+                    .last_full
+                    .is_none_or(|t| now.saturating_sub(t) >= NEW_POD_RESCAN));
+        let at_us = now.as_micros() as u64;
+        let root = &self.settings.cgroup_root;
+        let scanned = match (&self.index, full) {
+            (Some(index), false) => cgroup::rescan(root, index, at_us, |uid| {
+                if self.inflight_dir.contains_key(uid) {
+                    Depth::Full
+                } else if self.managed.contains(uid) {
+                    Depth::Stat
+                } else {
+                    Depth::Skip
+                }
+            }),
+            _ => cgroup::scan(root, &self.layout, at_us),
+        };
+        let mut snap = match scanned {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "cgroup scan failed; skipping this tick");
                 return None;
             }
         };
-        let views = self.views();
+        if full {
+            self.last_full = Some(now);
+            self.index_uids = snap.pods.iter().map(|p| p.uid.clone()).collect();
+            self.index = Some(snap.clone());
+        }
         mark_roles(&mut snap.pods, &views);
         self.metrics
             .scan_duration
@@ -197,6 +242,12 @@ impl Agent {
             self.pod_level_supported,
             &self.settings.policy,
         );
+        self.managed = round
+            .decisions
+            .iter()
+            .filter(|d| d.managed)
+            .map(|d| d.uid.clone())
+            .collect();
         let outcome = crate::policy::plan(
             &round.node,
             &round.decisions,
@@ -220,12 +271,8 @@ impl Agent {
         let cur_pods: HashMap<&str, &PodCgroup> =
             cur.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
         let events = self.verify_resizes(&views, &cur_pods, now);
-        let audit_due = self.audit_requested
-            || self
-                .last_audit
-                .is_none_or(|t| now.saturating_sub(t) >= self.settings.audit_interval);
         let mut drift_events = Vec::new();
-        if audit_due {
+        if full {
             self.audit_requested = false;
             self.last_audit = Some(now);
             for a in verify::audit(views.iter(), &cur.pods, self.layout.driver) {
