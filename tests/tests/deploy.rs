@@ -219,6 +219,32 @@ fn daemonset_is_locked_down() {
     }
 }
 
+#[test]
+fn daemonset_args_parse_as_the_agent_cli() {
+    let objs = load(&deploy_dir().join("base")).unwrap();
+    let ds = objs.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    let args: Vec<String> = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    // The host cgroup root does not exist here, so the agent stops right after
+    // parsing, at cgroup discovery: that error names the root it was given.
+    let out = std::process::Command::new(testkit::agent::agent_binary().unwrap())
+        .args(&args)
+        .env("NODE_NAME", "node-a")
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cgroup root /host/sys/fs/cgroup"),
+        "agent did not get past argument parsing: {stderr}"
+    );
+}
+
 // ---------------------------------------------------------------- dry run
 
 /// A CRD for a Prometheus Operator kind, with a schema for the fields deploy/ uses.
