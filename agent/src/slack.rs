@@ -80,6 +80,37 @@ pub struct NodeSlack {
 /// reflects the agent's own cgroup quota and CPU affinity (a DaemonSet with a
 /// 100m limit would see 1 CPU), while we want the node's.
 pub fn online_cpus() -> u64 {
+    sysconf_online_cpus()
+}
+
+/// Online CPUs of the host whose cgroup tree is at `root`: the root cgroup's
+/// `cpuset.cpus.effective` (a CPU list such as `0-3,6`), else [`online_cpus`].
+/// Reading it from the tree keeps every node-level input under the one root
+/// (the agent's mount of the host's cgroupfs, a fixture, a simulated node).
+pub fn online_cpus_at(root: &std::path::Path) -> u64 {
+    std::fs::read_to_string(root.join("cpuset.cpus.effective"))
+        .ok()
+        .and_then(|s| cpu_list_len(&s))
+        .unwrap_or_else(online_cpus)
+}
+
+/// Number of CPUs in a kernel CPU list (`0-3,6,8-9`); `None` if malformed or empty.
+pub fn cpu_list_len(list: &str) -> Option<u64> {
+    let mut n = 0u64;
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?),
+            None => {
+                let a = part.trim().parse::<u64>().ok()?;
+                (a, a)
+            }
+        };
+        n = n.checked_add(b.checked_sub(a)?.checked_add(1)?)?;
+    }
+    (n > 0).then_some(n)
+}
+
+fn sysconf_online_cpus() -> u64 {
     match nix::unistd::sysconf(nix::unistd::SysconfVar::_NPROCESSORS_ONLN) {
         Ok(Some(n)) if n > 0 => n as u64,
         _ => 0,
@@ -422,5 +453,28 @@ mod tests {
     #[test]
     fn online_cpus_is_positive_here() {
         assert!(online_cpus() >= 1);
+    }
+
+    #[test]
+    fn cpu_lists_count_cpus() {
+        assert_eq!(cpu_list_len("0-3\n"), Some(4));
+        assert_eq!(cpu_list_len("0-3,6,8-9"), Some(7));
+        assert_eq!(cpu_list_len("5"), Some(1));
+        assert_eq!(cpu_list_len(""), None);
+        assert_eq!(cpu_list_len("3-1"), None);
+        assert_eq!(cpu_list_len("x"), None);
+    }
+
+    #[test]
+    fn online_cpus_come_from_the_root_cgroup_when_it_says() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("cpuset.cpus.effective"), "0-7\n").unwrap();
+        assert_eq!(online_cpus_at(t.path()), 8);
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(
+            online_cpus_at(empty.path()),
+            online_cpus(),
+            "falls back to sysconf"
+        );
     }
 }

@@ -746,3 +746,67 @@ async fn dry_run_patches_nothing() {
         0.0
     );
 }
+
+/// `headroom-agent explain` as a user runs it on a node.
+fn explain(c: &Cluster, pod: &str) -> Value {
+    let bin = testkit::agent::agent_binary().expect("agent binary");
+    let root = c.nodes[0].sim.config().cgroup_root.clone();
+    let out = std::process::Command::new(bin)
+        .args([
+            "explain",
+            &format!("{}/{pod}", c.ns),
+            "--json",
+            "--interval",
+            "300ms",
+        ])
+        .arg("--kubeconfig")
+        .arg(c.cp.kubeconfig_path())
+        .arg("--cgroup-root")
+        .arg(&root)
+        .output()
+        .expect("run explain");
+    assert!(
+        out.status.success(),
+        "explain failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("explain --json prints one JSON object")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_why_a_pod_is_managed_or_not_and_its_figures() {
+    let c = Cluster::start(ControlPlane::shared(), "explain", &[None]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("managed", &node, "250m", Some("300m")))
+        .await;
+    let mut out = burstable("out", &node, "100m", Some("150m"));
+    out["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    c.create(out).await;
+    c.wait_running("managed").await;
+    c.wait_running("out").await;
+
+    let m = explain(&c, "managed");
+    assert_eq!(m["pod"]["managed"], json!(true), "{m:#}");
+    assert_eq!(m["reason"], Value::Null);
+    assert_eq!(m["pod"]["request_m"], json!(250));
+    assert_eq!(m["pod"]["current_limit_m"], json!(300));
+    assert_eq!(m["pod"]["ceiling_m"], json!(1000), "request × 4");
+    assert_eq!(
+        m["pod"]["target_m"],
+        json!(1000),
+        "idle node: target at the ceiling"
+    );
+    assert_eq!(
+        m["node"]["capacity_m"],
+        json!(4000),
+        "capacity from the Node's allocatable"
+    );
+    assert!(
+        m["node"]["slack_m"].as_u64().is_some_and(|s| s >= 750),
+        "{m:#}"
+    );
+
+    let o = explain(&c, "out");
+    assert_eq!(o["pod"]["managed"], json!(false));
+    assert_eq!(o["reason"], json!("opted_out"));
+}

@@ -117,7 +117,7 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         &cur,
         CapacityInputs {
             node_allocatable_m: allocatable,
-            online_cpus: slack::online_cpus(),
+            online_cpus: slack::online_cpus_at(&a.cgroup_root),
         },
     );
     let round = observe_round(

@@ -37,7 +37,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let cur = cgroup::scan(&a.cgroup_root, &layout, at()).context("second sample")?;
     let cap = CapacityInputs {
         node_allocatable_m: a.node_allocatable,
-        online_cpus: slack::online_cpus(),
+        online_cpus: slack::online_cpus_at(&a.cgroup_root),
     };
     let s = slack::measure(&prev, &cur, cap);
     for p in &cur.pods {

@@ -111,7 +111,7 @@ impl Agent {
             audit_requested: true,
             pod_level_supported: None,
             started: Instant::now(),
-            online_cpus: slack::online_cpus(),
+            online_cpus: slack::online_cpus_at(&settings.cgroup_root),
             rng: 0x9E37_79B9_7F4A_7C15 ^ std::process::id() as u64,
             settings,
         }

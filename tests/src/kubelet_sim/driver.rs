@@ -166,6 +166,14 @@ pub(crate) fn write_node_tree(cfg: &SimConfig) -> std::io::Result<()> {
         "cgroup.subtree_control",
         "cpu memory pids\n",
     )?;
+    // The host's online CPUs as the root cgroup lists them: as many as the
+    // node's allocatable needs (a real host has at least that many).
+    let cpus = cfg.allocatable_cpu_m.div_ceil(1000).max(1);
+    write_atomic(
+        &cfg.cgroup_root,
+        "cpuset.cpus.effective",
+        &format!("0-{}\n", cpus - 1),
+    )?;
     let max = cpu_max_line(None, cfg.period_us);
     let kubepods = cfg.layout.kubepods_dir();
     for dir in cfg.layout.kubepods_ancestry() {

@@ -7,7 +7,8 @@
 //!
 //! - **Node**: creates (or updates) the Node with `capacity` = `allocatable` (CPU,
 //!   memory, 110 pods), a `Ready=True` condition and `declaredFeatures` (see
-//!   [`SimConfig::declared_features`]). No heartbeats or leases.
+//!   [`SimConfig::declared_features`]). No heartbeats or leases. The root
+//!   cgroup's `cpuset.cpus.effective` lists ⌈allocatable⌉ online CPUs.
 //! - **Cgroup tree** (FACTS §1) under `cgroup_root`, per [`SimLayout`] (kind's
 //!   `/kubelet` root with the systemd driver, plain systemd, cgroupfs) and
 //!   [`SimRuntime`] (containerd, CRI-O): kubepods, its QoS children, pod cgroups
