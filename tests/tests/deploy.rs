@@ -12,9 +12,8 @@
 //! (unknown fields are pruned by the API server, so a typo in a field name
 //! still passes — only kinds, types and required fields are checked).
 //!
-//! TODO(lead): `agent_with_pod_bound_token_runs_end_to_end_against_simulated_node`
-//! — start the agent process with a token bound to a pod on the simulated node
-//! once the run loop exists.
+//! Finally the agent itself runs as its ServiceAccount, with a token bound to
+//! its own pod on a simulated node, through the deployed RBAC and policy.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -700,4 +699,123 @@ async fn policy_leaves_other_users_alone() {
     resize(&pods, "on-b", &raise_limit("250m"), false)
         .await
         .unwrap();
+}
+
+// ------------------------------------------------------- agent end to end
+
+/// A kubeconfig that authenticates with a bearer token only.
+fn token_kubeconfig(cp: &ControlPlane, token: &str, path: &Path) {
+    let ca = path.with_extension("ca.pem");
+    std::fs::write(&ca, cp.ca_pem()).unwrap();
+    let kc = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+users:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: agent\ncurrent-context: t\n",
+        cp.base_url(),
+        ca.display()
+    );
+    std::fs::write(path, kc).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_with_pod_bound_token_runs_end_to_end_against_simulated_node() {
+    use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
+    use testkit::kubelet_sim::{SimConfig, SimKubelet};
+
+    let cp = ControlPlane::shared();
+    let admin = cp.client().await;
+    install_base(&admin).await;
+    let ns = cp.namespace("deploy-e2e").await;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .patch(
+            &ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let node_a = format!("{ns}-node-a");
+    let node_b = format!("{ns}-node-b");
+    let mut sims = Vec::new();
+    for n in [&node_a, &node_b] {
+        let sim = SimKubelet::start(admin.clone(), SimConfig::new(n, dir.path().join(n)))
+            .await
+            .unwrap();
+        cp.wait_node_admissible(n).await.unwrap();
+        sims.push(sim);
+    }
+    // The agent's own pod on node a (what the DaemonSet would create), and a
+    // token bound to it: the apiserver puts node a's name in the token.
+    let agent_pod = Api::<Pod>::namespaced(admin.clone(), AGENT_NS)
+        .create(
+            &PostParams::default(),
+            &pod(&format!("agent-{ns}"), &node_a, Some(AGENT_SA)),
+        )
+        .await
+        .unwrap();
+    let kubeconfig = dir.path().join("agent.kubeconfig");
+    token_kubeconfig(
+        cp,
+        &agent_token(&admin, Some(&agent_pod)).await,
+        &kubeconfig,
+    );
+
+    let pods = Api::<Pod>::namespaced(admin.clone(), &ns);
+    for (name, node) in [("on-a", &node_a), ("on-b", &node_b)] {
+        pods.create(&PostParams::default(), &pod(name, node, None))
+            .await
+            .unwrap();
+    }
+    let agent = AgentProcess::start(
+        &kubeconfig,
+        &node_a,
+        &dir.path().join(&node_a),
+        dir.path(),
+        &fast_args(),
+    )
+    .await
+    .expect("agent starts with its ServiceAccount token");
+    // request 100m → ceiling 400m on an idle node.
+    let p = settle("agent raises its own node's pod", || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("on-a").await.map_err(|e| e.to_string())?;
+            let lim = p.spec.as_ref().unwrap().containers[0]
+                .resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()["cpu"]
+                .0
+                .clone();
+            if lim == "400m" {
+                Ok(p)
+            } else {
+                Err(format!("limit still {lim}"))
+            }
+        }
+    })
+    .await;
+    assert!(
+        p.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some("headroom-agent"))
+    );
+    let b = pods.get("on-b").await.unwrap();
+    assert_eq!(
+        b.metadata.generation,
+        Some(1),
+        "pod on the other node patched"
+    );
+    let s = parse_metrics(&agent.scrape().await.unwrap()).unwrap();
+    assert_eq!(
+        metric(&s, "headroom_patch_errors_total", &[("class", "forbidden")]).unwrap_or(0.0),
+        0.0,
+        "{}",
+        agent.log_tail(20)
+    );
+    assert!(metric(&s, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0) >= 1.0);
 }
