@@ -94,7 +94,7 @@ fn check_cpu_max(what: &str, got: &CpuMax, want: Option<Millis>, systemd_pod: bo
                 // systemd keeps slice quotas in 10 ms/s steps (FACTS §2).
                 let step = got.period_us / 100;
                 assert!(
-                    got_q >= q && got_q < q + step && got_q % step == 0,
+                    got_q >= q && got_q < q + step && got_q.is_multiple_of(step),
                     "{what}: {got_q} vs {q} (step {step})"
                 );
             } else {

@@ -1,0 +1,174 @@
+//! Full-tree scan vs. the floor: a bare `std::fs::read` loop over the same
+//! files the scan parses (no directory listing, no parsing).
+//!
+//! `cargo bench -p headroom-agent --bench scan`. Trees of 110, 250 and 500
+//! pods × 3 containers (+ a sandbox each), with the usual cgroup interface
+//! files beside the ones Headroom reads, so directory listings cost what
+//! they cost on a node. Prints the median ns/pod and the ratio to the floor.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use headroom::cgroup;
+
+/// Interface files of a cgroup v2 directory that Headroom does not read.
+const OTHER_FILES: &[&str] = &[
+    "cgroup.controllers",
+    "cgroup.events",
+    "cgroup.freeze",
+    "cgroup.kill",
+    "cgroup.max.depth",
+    "cgroup.max.descendants",
+    "cgroup.procs",
+    "cgroup.stat",
+    "cgroup.subtree_control",
+    "cgroup.threads",
+    "cgroup.type",
+    "cpu.idle",
+    "cpu.max.burst",
+    "cpu.uclamp.max",
+    "cpu.uclamp.min",
+    "cpu.weight.nice",
+    "cpuset.cpus",
+    "io.pressure",
+    "memory.current",
+    "memory.events",
+    "memory.high",
+    "memory.low",
+    "memory.max",
+    "memory.min",
+    "memory.pressure",
+    "memory.stat",
+    "memory.swap.max",
+    "pids.current",
+    "pids.max",
+];
+
+fn cgroup_dir(dir: &Path, cpu_max: &str, read: &mut Vec<PathBuf>, all_files: bool) {
+    std::fs::create_dir_all(dir).unwrap();
+    for f in OTHER_FILES {
+        std::fs::write(dir.join(f), "0\n").unwrap();
+    }
+    let files: &[(&str, &str)] = &[
+        ("cpu.max", cpu_max),
+        (
+            "cpu.stat",
+            "usage_usec 123456789\nuser_usec 100000000\nsystem_usec 23456789\n\
+core_sched.force_idle_usec 0\nnr_periods 45678\nnr_throttled 1234\n\
+throttled_usec 5678901\nnr_bursts 0\nburst_usec 0\n",
+        ),
+        (
+            "cpu.pressure",
+            "some avg10=1.23 avg60=0.98 avg300=0.50 total=123456789\n\
+full avg10=0.12 avg60=0.10 avg300=0.05 total=12345678\n",
+        ),
+        ("cpu.weight", "79\n"),
+    ];
+    for (i, (f, c)) in files.iter().enumerate() {
+        std::fs::write(dir.join(f), c).unwrap();
+        if all_files || i == 0 {
+            read.push(dir.join(f));
+        }
+    }
+}
+
+fn id(pod: usize, c: usize) -> String {
+    format!("{pod:032x}{c:032x}")
+}
+
+/// Writes the tree; returns the files a scan parses (the floor's list).
+fn build(root: &Path, pods: usize) -> Vec<PathBuf> {
+    let mut read = Vec::new();
+    std::fs::write(
+        root.join("cgroup.controllers"),
+        "cpuset cpu io memory pids\n",
+    )
+    .unwrap();
+    let kp = root.join("kubepods.slice");
+    cgroup_dir(&kp, "max 100000\n", &mut read, true);
+    let mut skip = Vec::new();
+    cgroup_dir(
+        &kp.join("kubepods-burstable.slice"),
+        "max 100000\n",
+        &mut skip,
+        true,
+    );
+    cgroup_dir(
+        &kp.join("kubepods-besteffort.slice"),
+        "max 100000\n",
+        &mut skip,
+        true,
+    );
+    for p in 0..pods {
+        let uid = format!("{p:08x}_0000_4000_8000_{p:012x}");
+        let dir = match p % 3 {
+            0 => kp.join(format!("kubepods-pod{uid}.slice")),
+            1 => kp.join(format!(
+                "kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice"
+            )),
+            _ => kp.join(format!(
+                "kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"
+            )),
+        };
+        cgroup_dir(&dir, "150000 100000\n", &mut read, true);
+        for c in 0..4 {
+            // c == 3: the pause container.
+            let cdir = dir.join(format!("cri-containerd-{}.scope", id(p, c)));
+            cgroup_dir(&cdir, "50000 100000\n", &mut read, false);
+        }
+    }
+    read
+}
+
+/// Median time of one call to `f`, over at least 5 runs and ~1 s.
+fn median(mut f: impl FnMut()) -> Duration {
+    for _ in 0..3 {
+        f();
+    }
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed() < Duration::from_secs(1) && times.len() < 500) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn main() {
+    println!(
+        "{:>5}  {:>8}  {:>12}  {:>12}  {:>6}",
+        "pods", "files", "scan ns/pod", "floor ns/pod", "ratio"
+    );
+    for pods in [110, 250, 500] {
+        let t = tempfile::tempdir().unwrap();
+        let files = build(t.path(), pods);
+        let layout = cgroup::discover(t.path()).unwrap();
+        let snap = cgroup::scan(t.path(), &layout, 0).unwrap();
+        assert_eq!(snap.pods.len(), pods);
+        assert!(
+            snap.pods
+                .iter()
+                .all(|p| p.sample.is_ok() && p.containers.len() == 4)
+        );
+
+        let scan = median(|| {
+            black_box(cgroup::scan(t.path(), &layout, 0).unwrap());
+        });
+        let floor = median(|| {
+            for f in &files {
+                black_box(std::fs::read(f).unwrap());
+            }
+        });
+        let per = |d: Duration| d.as_nanos() as f64 / pods as f64;
+        println!(
+            "{pods:>5}  {:>8}  {:>12.0}  {:>12.0}  {:>6.2}",
+            files.len(),
+            per(scan),
+            per(floor),
+            scan.as_secs_f64() / floor.as_secs_f64()
+        );
+    }
+}
