@@ -4,7 +4,7 @@
 use crate::model::{ANN_CEILING, Millis, PodView, Qos, compute_qos};
 use crate::quantity;
 
-use super::eligibility::ManagedShape;
+use super::eligibility::{ManagedContainer, ManagedShape};
 
 /// Lowest limit Headroom may set, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -42,14 +42,8 @@ pub fn floor(
     match shape {
         ManagedShape::Containers(managed) => {
             let request: Millis = managed.iter().map(|c| c.request_m).sum();
-            let mut at_request = pod.containers.clone();
-            for c in at_request.iter_mut() {
-                if let Some(m) = managed.iter().find(|m| m.name == c.name) {
-                    c.resources.cpu_limit = Some(m.request_m);
-                }
-            }
             f.floor_m = request;
-            if compute_qos(&at_request, pod.pod_resources.as_ref()) == Qos::Guaranteed {
+            if guaranteed_at_request(pod, managed) {
                 f.floor_m = request + quantum_m;
                 f.qos_guard = true;
             }
@@ -80,6 +74,32 @@ pub fn floor(
         f.learned = true;
     }
     f
+}
+
+/// Would the pod be Guaranteed with every managed container's CPU limit at
+/// its request? Mirrors [`compute_qos`] without cloning the containers
+/// (the property tests check the two agree on every plan).
+fn guaranteed_at_request(pod: &PodView, managed: &[ManagedContainer]) -> bool {
+    if let Some(p) = pod.pod_resources.as_ref().filter(|p| {
+        p.cpu_request.is_some()
+            || p.mem_request.is_some()
+            || p.cpu_limit.is_some()
+            || p.mem_limit.is_some()
+    }) {
+        return compute_qos(&[], Some(p)) == Qos::Guaranteed;
+    }
+    !pod.containers.is_empty()
+        && pod.containers.iter().all(|c| {
+            let r = &c.resources;
+            let cpu_limit = match managed.iter().find(|m| m.name == c.name) {
+                Some(m) => Some(m.request_m),
+                None => r.cpu_limit,
+            };
+            cpu_limit.is_some()
+                && r.mem_limit.is_some()
+                && r.cpu_request == cpu_limit
+                && r.mem_request == r.mem_limit
+        })
 }
 
 /// Ceiling of the managed limit: the `headroom.dev/ceiling` annotation if it

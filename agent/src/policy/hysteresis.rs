@@ -99,6 +99,45 @@ pub struct PlanOutcome {
     pub held: Vec<Hold>,
 }
 
+/// Why a patch goes out.
+#[derive(Debug, Clone, Copy)]
+enum Cause {
+    Adopt,
+    BelowFloor,
+    Slack,
+    AboveCeiling,
+    Pressure,
+    AtFloor,
+    SlackShrank,
+}
+
+impl Cause {
+    fn message(self, node: &NodeDecision, d: &Decision, target: Millis) -> String {
+        let cur = d.current_limit_m.unwrap_or(0);
+        let floor = d.floor_m().unwrap_or(0);
+        let ceiling = d.ceiling_m.unwrap_or(0);
+        let (slack, damping) = (node.slack_m, node.damping_factor);
+        match self {
+            Cause::Adopt => {
+                format!("adopt: add CPU limit {target}m (one-way: limits cannot be removed)")
+            }
+            Cause::BelowFloor => format!("raise {cur}m→{target}m: below floor {floor}m"),
+            Cause::Slack => format!(
+                "raise {cur}m→{target}m: slack {slack}m, share {}m, ceiling {ceiling}m",
+                d.share_m
+            ),
+            Cause::AboveCeiling => format!("lower {cur}m→{target}m: above ceiling {ceiling}m"),
+            Cause::Pressure => {
+                format!(
+                    "lower {cur}m→{target}m: cpu pressure (damping {damping:.2}, slack {slack}m)"
+                )
+            }
+            Cause::AtFloor => format!("lower {cur}m→{target}m: no slack left, at floor {floor}m"),
+            Cause::SlackShrank => format!("lower {cur}m→{target}m: slack shrank to {slack}m"),
+        }
+    }
+}
+
 fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
     let p = if pct.is_finite() { pct.max(0.0) } else { 0.0 };
     ((current as f64 * p / 100.0).ceil() as Millis).max(min_m)
@@ -122,8 +161,9 @@ pub fn plan(
     cfg: &PolicyConfig,
 ) -> PlanOutcome {
     let mut out = PlanOutcome::default();
-    // (priority class, magnitude, decision, direction, why)
-    let mut wanted: Vec<(u8, Millis, &Decision, Direction, String)> = Vec::new();
+    // (priority class, magnitude, decision, direction, cause); the message
+    // is formatted only for patches that get a token.
+    let mut wanted: Vec<(u8, Millis, &Decision, Direction, Cause)> = Vec::new();
     for d in decisions.iter().filter(|d| d.managed) {
         let (Some(target), Some(floor), Some(ceiling)) = (d.target_m, d.floor_m(), d.ceiling_m)
         else {
@@ -138,8 +178,7 @@ pub fn plan(
             target_m: target,
         };
         let Some(cur) = d.current_limit_m else {
-            let why = format!("adopt: add CPU limit {target}m (one-way: limits cannot be removed)");
-            wanted.push((1, target, d, Direction::Lower, why));
+            wanted.push((1, target, d, Direction::Lower, Cause::Adopt));
             continue;
         };
         if target > cur {
@@ -148,8 +187,7 @@ pub fn plan(
                 .is_some_and(|m| now_s - m.last_patch_at_s < cfg.raise_cooldown_s);
             let step = target - cur;
             if cur < floor {
-                let why = format!("raise {cur}m→{target}m: below floor {floor}m");
-                wanted.push((2, step, d, Direction::Raise, why));
+                wanted.push((2, step, d, Direction::Raise, Cause::BelowFloor));
             } else if target < ceiling
                 && step < band(cur, cfg.raise_dead_band_pct, cfg.raise_dead_band_m)
             {
@@ -157,33 +195,23 @@ pub fn plan(
             } else if cooling {
                 out.held.push(hold(HoldReason::Cooldown));
             } else {
-                let why = format!(
-                    "raise {cur}m→{target}m: slack {}m, share {}m, ceiling {ceiling}m",
-                    node.slack_m, d.share_m
-                );
-                wanted.push((2, step, d, Direction::Raise, why));
+                wanted.push((2, step, d, Direction::Raise, Cause::Slack));
             }
         } else if target < cur {
             let step = cur - target;
             let cause = if cur > ceiling {
-                Some("above ceiling")
+                Some(Cause::AboveCeiling)
             } else if node.under_pressure() {
-                Some("cpu pressure")
+                Some(Cause::Pressure)
             } else if target == floor {
-                Some("no slack left: at floor")
+                Some(Cause::AtFloor)
             } else if step >= band(cur, cfg.lower_dead_band_pct, cfg.lower_dead_band_m) {
-                Some("slack shrank")
+                Some(Cause::SlackShrank)
             } else {
                 None
             };
             match cause {
-                Some(c) => {
-                    let why = format!(
-                        "lower {cur}m→{target}m: {c} (slack {}m, damping {:.2})",
-                        node.slack_m, node.damping_factor
-                    );
-                    wanted.push((0, step, d, Direction::Lower, why));
-                }
+                Some(c) => wanted.push((0, step, d, Direction::Lower, c)),
                 None => out.held.push(hold(HoldReason::DeadBand)),
             }
         }
@@ -193,7 +221,7 @@ pub fn plan(
             .then(b.1.cmp(&a.1))
             .then_with(|| a.2.uid.cmp(&b.2.uid))
     });
-    for (_, _, d, direction, why) in wanted {
+    for (_, _, d, direction, cause) in wanted {
         let Some(target) = d.target_m else { continue };
         if !bucket.try_take(now_s) {
             out.held.push(Hold {
@@ -224,7 +252,7 @@ pub fn plan(
             old_total_m: d.current_limit_m,
             new_total_m: target,
             direction,
-            why,
+            why: cause.message(node, d, target),
         });
     }
     out

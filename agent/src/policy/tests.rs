@@ -1018,7 +1018,8 @@ proptest! {
         let floors: Millis = items.iter().map(|i| i.floor_m - i.request_m).sum();
         let spent: Millis = t.iter().zip(&items).map(|(t, i)| t - i.request_m).sum();
         prop_assert!(spent <= budget.max(floors));
-        let all_capped = t.iter().zip(&items).all(|(t, i)| *t == i.ceiling_m);
+        // Capped: no further step of 10m fits under the ceiling.
+        let all_capped = t.iter().zip(&items).all(|(t, i)| *t + 10 > i.ceiling_m);
         if budget >= floors && !all_capped {
             prop_assert!(budget - spent < 10, "budget {} spent {}", budget, spent);
         }
@@ -1042,5 +1043,12 @@ proptest! {
         let (n2, ds2) = run(&after, cap, usage, psi, 100);
         let again = plan(&n2, &ds2, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
         prop_assert!(again.patches.is_empty(), "{:?}", again.patches);
+    }
+}
+
+proptest! {
+    #[test]
+    fn fill_with_jump_equals_stepwise_greedy(items in arb_items(), budget in 0u64..200_000, q in 1u64..50) {
+        prop_assert_eq!(waterfill::fill(&items, budget, q), waterfill::fill_stepwise(&items, budget, q));
     }
 }

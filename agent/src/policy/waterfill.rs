@@ -8,6 +8,9 @@
 //! not fit ends the round. Since the order does not depend on the budget, a
 //! larger budget takes a longer prefix of the same sequence: targets are
 //! monotonic in slack. The floors' excess over requests is paid first.
+//! To avoid one heap step per quantum on big nodes, a floating-point search
+//! first finds a level just below where the budget ends and jumps every pod
+//! there in one exact integer pass (a prefix of the same order).
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -15,7 +18,8 @@ use std::collections::BinaryHeap;
 use crate::model::Millis;
 
 /// One pod to fill. Needs `request_m > 0` and `request_m ≤ floor_m ≤ ceiling_m`
-/// (violations are repaired: floor lifted to the request, ceiling to the floor).
+/// (violations are repaired: floor lifted to the request, ceiling to the
+/// floor); a ceiling off the grid `request + k·quantum` is rounded down to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FillItem {
     pub request_m: Millis,
@@ -28,18 +32,7 @@ pub struct FillItem {
 /// one quantum left unused when no ceiling is hit.
 pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Millis> {
     let q = quantum_m.max(1);
-    let norm: Vec<FillItem> = items
-        .iter()
-        .map(|it| {
-            let request_m = it.request_m.max(1);
-            let floor_m = it.floor_m.max(request_m);
-            FillItem {
-                request_m,
-                floor_m,
-                ceiling_m: it.ceiling_m.max(floor_m),
-            }
-        })
-        .collect();
+    let norm = normalize(items, q);
     let mut targets: Vec<Millis> = norm.iter().map(|it| it.floor_m).collect();
     let floors_excess: u128 = norm
         .iter()
@@ -56,9 +49,47 @@ pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Mill
     if room <= left {
         return norm.iter().map(|it| it.ceiling_m).collect();
     }
+    // Jump close to where the budget runs out, then step exactly.
+    let a = jump_level(&norm, left, q);
+    if a > 0 {
+        let jumped: Vec<Millis> = norm.iter().map(|it| value_at(it, a, q)).collect();
+        let cost: u128 = jumped
+            .iter()
+            .zip(&norm)
+            .map(|(v, it)| u128::from(v - it.floor_m))
+            .sum();
+        if cost <= left {
+            left -= cost;
+            targets = jumped;
+        }
+    }
+    step_from(&norm, &mut targets, left, q);
+    targets
+}
+
+/// Repairs items (floor ≥ request ≥ 1) and puts ceilings on the step grid
+/// `request + k·q` (or the floor), the values the stepping can reach.
+fn normalize(items: &[FillItem], q: Millis) -> Vec<FillItem> {
+    items
+        .iter()
+        .map(|it| {
+            let request_m = it.request_m.max(1);
+            let floor_m = it.floor_m.max(request_m);
+            let excess = it.ceiling_m.saturating_sub(request_m);
+            FillItem {
+                request_m,
+                floor_m,
+                ceiling_m: (request_m + excess - excess % q).max(floor_m),
+            }
+        })
+        .collect()
+}
+
+/// Takes steps in the global order from `targets` while `left` covers them.
+fn step_from(norm: &[FillItem], targets: &mut [Millis], mut left: u128, q: Millis) {
     let mut heap = BinaryHeap::with_capacity(norm.len());
     for (i, it) in norm.iter().enumerate() {
-        if let Some(s) = next_step(it, it.floor_m, q, i) {
+        if let Some(s) = next_step(it, targets[i], q, i) {
             heap.push(Reverse(s));
         }
     }
@@ -74,7 +105,80 @@ pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Mill
             heap.push(Reverse(n));
         }
     }
+}
+
+/// Reference: the same greedy, one step at a time from the floors.
+#[cfg(test)]
+pub(crate) fn fill_stepwise(
+    items: &[FillItem],
+    budget_m: Millis,
+    quantum_m: Millis,
+) -> Vec<Millis> {
+    let q = quantum_m.max(1);
+    let norm = normalize(items, q);
+    let mut targets: Vec<Millis> = norm.iter().map(|it| it.floor_m).collect();
+    let floors: u128 = norm
+        .iter()
+        .map(|it| u128::from(it.floor_m - it.request_m))
+        .sum();
+    if let Some(left) = u128::from(budget_m).checked_sub(floors) {
+        step_from(&norm, &mut targets, left, q);
+    }
     targets
+}
+
+/// Level denominator of the jump: λ = a / JUMP_DEN.
+const JUMP_DEN: u128 = 1 << 32;
+
+/// Value of `it` once every step with λ ≤ a / JUMP_DEN is taken (exact).
+fn value_at(it: &FillItem, a: u128, q: Millis) -> Millis {
+    // Step k is taken iff k·q·D ≤ a·r  ⇔  k ≤ a·r / (q·D).
+    let k = a.saturating_mul(u128::from(it.request_m)) / (u128::from(q) * JUMP_DEN);
+    let v = u128::from(it.request_m).saturating_add(k.saturating_mul(u128::from(q)));
+    Millis::try_from(v)
+        .unwrap_or(Millis::MAX)
+        .clamp(it.floor_m, it.ceiling_m)
+}
+
+/// A level a little below where the budget runs out, found in floating
+/// point; [`value_at`] makes it exact and the caller checks its cost, so
+/// rounding here can only cost speed, never correctness. 0 = no jump.
+fn jump_level(items: &[FillItem], left: u128, q: Millis) -> u128 {
+    let qf = q as f64;
+    let cost = |lambda: f64| -> f64 {
+        items
+            .iter()
+            .map(|it| {
+                let r = it.request_m as f64;
+                let v = (r + (lambda * r / qf).floor() * qf)
+                    .clamp(it.floor_m as f64, it.ceiling_m as f64);
+                v - it.floor_m as f64
+            })
+            .sum()
+    };
+    let budget = left as f64;
+    let mut lo = 0.0;
+    let mut hi = items
+        .iter()
+        .map(|it| (it.ceiling_m - it.request_m) as f64 / it.request_m as f64)
+        .fold(0.0, f64::max);
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if cost(mid) <= budget {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        if hi - lo <= lo * 1e-12 {
+            break;
+        }
+    }
+    let a = lo * (1.0 - 1e-9) * JUMP_DEN as f64;
+    if a.is_finite() && a >= 1.0 {
+        a as u128
+    } else {
+        0
+    }
 }
 
 /// The next step above `current` (a value `request + k·q`, at most ceiling).
