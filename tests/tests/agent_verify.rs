@@ -36,6 +36,14 @@ struct Env {
 
 impl Env {
     async fn start(prefix: &str, tweak: impl FnOnce(&mut SimConfig)) -> Env {
+        Env::start_with(prefix, tweak, fast_args()).await
+    }
+
+    async fn start_with(
+        prefix: &str,
+        tweak: impl FnOnce(&mut SimConfig),
+        args: Vec<String>,
+    ) -> Env {
         let cp = ControlPlane::shared();
         let client = cp.client().await;
         let ns = cp.namespace(prefix).await;
@@ -60,10 +68,9 @@ impl Env {
         cp.wait_node_admissible(&node)
             .await
             .expect("node admissible");
-        let agent =
-            AgentProcess::start(cp.kubeconfig_path(), &node, &root, dir.path(), &fast_args())
-                .await
-                .expect("agent starts");
+        let agent = AgentProcess::start(cp.kubeconfig_path(), &node, &root, dir.path(), &args)
+            .await
+            .expect("agent starts");
         Env {
             client,
             ns,
@@ -177,6 +184,18 @@ impl Env {
     fn drift_any(&self, s: &Scrape, pod: &str) -> f64 {
         metric(s, DRIFT, &[("namespace", &self.ns), ("pod", pod)]).unwrap_or(0.0)
     }
+}
+
+/// `fast_args()` with some flag values replaced.
+fn args_with(overrides: &[(&str, &str)]) -> Vec<String> {
+    let mut args = fast_args();
+    for (flag, value) in overrides {
+        match args.iter().position(|a| a == flag) {
+            Some(i) => args[i + 1] = value.to_string(),
+            None => args.extend([flag.to_string(), value.to_string()]),
+        }
+    }
+    args
 }
 
 /// A Burstable pod: CPU request and limit, memory request only.
@@ -404,6 +423,72 @@ async fn out_of_band_write_is_drift_and_clears_when_restored() {
             .all(|ev| ev.type_.as_deref() == Some("Normal")),
         "CgroupDriftCleared is Normal"
     );
+}
+
+/// With no interval audit during the test, only inotify can start an audit
+/// once the pod's cgroups are known. A mismatch needs two audits (first seen,
+/// then past the 1 ms grace), so the file is written twice.
+async fn inotify_case(prefix: &str, managed: bool) {
+    let args = args_with(&[("--audit-interval", "60m"), ("--drift-grace", "1ms")]);
+    let e = Env::start_with(prefix, |_| {}, args).await;
+    let mut pod = burstable("p", &e.node, "100m", "150m");
+    let right = if managed {
+        e.create(pod).await;
+        e.wait_pod("p", "limit 400m", |p| cpu_limit_m(p, "app") == Some(400))
+            .await;
+        "40000 100000"
+    } else {
+        pod["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+        e.create(pod).await;
+        e.wait_metrics("p seen as opted out", |s| {
+            metric(
+                s,
+                "headroom_pods",
+                &[("state", "unmanaged"), ("reason", "opted_out")],
+            ) == Some(1.0)
+        })
+        .await;
+        "15000 100000"
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        e.drift_any(&e.scrape().await, "p"),
+        0.0,
+        "drift before any write"
+    );
+    for _ in 0..2 {
+        e.sim
+            .write_cpu_max_out_of_band(&e.ns, "p", Some("app"), "20000 100000")
+            .expect("out-of-band write");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (_, took) = e
+        .wait_metrics("drift gauge on p/app from inotify audits", |s| {
+            e.drift(s, "p", "app") == Some(1.0)
+        })
+        .await;
+    eprintln!(
+        "measured ({prefix}): second in-place write → drift gauge after {took:?} (+1 s pause)"
+    );
+    e.sim
+        .write_cpu_max_out_of_band(&e.ns, "p", Some("app"), right)
+        .expect("restore");
+    let (_, took) = e
+        .wait_metrics("drift cleared by an inotify audit", |s| {
+            e.drift_any(s, "p") == 0.0
+        })
+        .await;
+    eprintln!("measured ({prefix}): in-place restore → drift cleared after {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_place_write_to_a_managed_pod_is_audited_through_inotify() {
+    inotify_case("vinotm", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_place_write_to_an_unmanaged_pod_is_audited_through_inotify() {
+    inotify_case("vinotu", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
