@@ -954,12 +954,12 @@ proptest! {
                     prop_assert!(l >= c.resources.cpu_request.unwrap_or(0));
                 }
             }
-            if let Some(pr) = after.pod_resources {
-                if let Some(l) = pr.cpu_limit {
-                    prop_assert!(l >= pr.cpu_request.unwrap_or(0));
-                    let largest = after.containers.iter().filter_map(|c| c.resources.cpu_limit).max().unwrap_or(0);
-                    prop_assert!(l >= largest);
-                }
+            if let Some(pr) = after.pod_resources
+                && let Some(l) = pr.cpu_limit
+            {
+                prop_assert!(l >= pr.cpu_request.unwrap_or(0));
+                let largest = after.containers.iter().filter_map(|c| c.resources.cpu_limit).max().unwrap_or(0);
+                prop_assert!(l >= largest);
             }
             // Containers with RestartContainer are never in a patch.
             if let PatchKind::ContainerLimits(cs) = &pp.kind {
