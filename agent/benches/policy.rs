@@ -1,0 +1,157 @@
+//! One policy round (decide + plan) for 110, 250 and 500 pods.
+//!
+//! `cargo bench -p headroom-agent --bench policy`. Pods: 70% container-level
+//! (1–3 containers, some memory-equal so the QoS guard is exercised), 20%
+//! pod-level, 10% unmanaged (Guaranteed or not opted in). The node has 64
+//! cores and half of it is used, so the water-filling runs its stepping path
+//! (slack below Σ ceilings) rather than the all-at-ceiling shortcut. Prints
+//! median and p99 per round and the median per pod. `HEADROOM_BENCH_USAGE_M`
+//! (comma-separated millicores, default `32000`) picks other node loads.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use headroom::model::{
+    ANN_MANAGED, ContainerKind, ContainerSpec, PodView, ResizePolicy, ResizeState, Resources,
+    compute_qos,
+};
+use headroom::policy::{self, NodeInputs, PodInput, PolicyConfig, TokenBucket};
+
+const MI: u64 = 1 << 20;
+
+fn container(i: usize, req: u64, lim: u64, mem_equal: bool) -> ContainerSpec {
+    ContainerSpec {
+        name: format!("c{i}"),
+        kind: ContainerKind::App,
+        resources: Resources {
+            cpu_request: Some(req),
+            cpu_limit: Some(lim),
+            mem_request: Some(64 * MI),
+            mem_limit: Some(if mem_equal { 64 * MI } else { 128 * MI }),
+        },
+        cpu_resize_policy: ResizePolicy::NotRequired,
+    }
+}
+
+fn pods(n: usize) -> Vec<PodView> {
+    (0..n)
+        .map(|i| {
+            let req = 50 + (i as u64 * 37) % 950;
+            let nc = 1 + i % 3;
+            let containers: Vec<ContainerSpec> = (0..nc)
+                .map(|c| container(c, req, req * 2, i % 5 == 0))
+                .collect();
+            let mut annotations = BTreeMap::new();
+            if i % 10 != 9 {
+                annotations.insert(ANN_MANAGED.to_string(), "true".to_string());
+            }
+            let pod_resources = (i % 10 < 2).then(|| Resources {
+                cpu_request: Some(req * nc as u64),
+                cpu_limit: Some(req * nc as u64 * 3),
+                mem_request: Some(256 * MI),
+                mem_limit: Some(512 * MI),
+            });
+            let containers = if i % 10 == 8 {
+                // Guaranteed.
+                vec![ContainerSpec {
+                    resources: Resources {
+                        cpu_request: Some(req),
+                        cpu_limit: Some(req),
+                        mem_request: Some(MI),
+                        mem_limit: Some(MI),
+                    },
+                    ..container(0, req, req, true)
+                }]
+            } else {
+                containers
+            };
+            let qos = compute_qos(&containers, pod_resources.as_ref());
+            PodView {
+                namespace: "bench".into(),
+                name: format!("p{i}"),
+                uid: format!(
+                    "{:08x}-uid",
+                    (i as u64).wrapping_mul(2654435761) % (1 << 32)
+                ),
+                node_name: Some("node".into()),
+                generation: 1,
+                resource_version: None,
+                phase: Some("Running".into()),
+                terminating: false,
+                static_pod: false,
+                windows: false,
+                qos,
+                containers,
+                pod_resources,
+                overhead_cpu: None,
+                statuses: vec![],
+                resize: ResizeState::default(),
+                annotations,
+            }
+        })
+        .collect()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn main() {
+    let cfg = PolicyConfig::default();
+    let memory = HashMap::new();
+    println!("policy round (decide + plan), 64-core node");
+    let usage_levels: Vec<u64> = std::env::var("HEADROOM_BENCH_USAGE_M")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.parse().ok()).collect())
+        .unwrap_or(vec![32_000]);
+    for usage in usage_levels {
+        for n in [110usize, 250, 500] {
+            let views = pods(n);
+            let inputs: Vec<PodInput> = views
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PodInput {
+                    pod: p,
+                    namespace_opted_in: false,
+                    usage_m: (i as u64 * 53) % 400,
+                    throttled_ratio: 0.0,
+                    extra_floor_m: None,
+                })
+                .collect();
+            let node = NodeInputs {
+                node_name: "node",
+                capacity_m: 64_000,
+                kubepods_usage_m: usage,
+                pressure_some_avg10: 0.0,
+                pod_level_resize_supported: Some(true),
+            };
+            let iters = 2000;
+            let mut samples = Vec::with_capacity(iters);
+            let mut patches = 0;
+            let mut managed = 0;
+            for k in 0..iters + 100 {
+                let mut bucket = TokenBucket::from_config(&cfg);
+                let t0 = Instant::now();
+                let (nd, ds) = policy::decide(black_box(&node), black_box(&inputs), &cfg);
+                let out = policy::plan(&nd, &ds, &memory, 0.0, &mut bucket, &cfg);
+                let dt = t0.elapsed();
+                if k >= 100 {
+                    samples.push(dt);
+                }
+                patches = out.patches.len() + out.held.len();
+                managed = nd.managed_pods;
+                black_box(out);
+            }
+            samples.sort();
+            let med = percentile(&samples, 0.5);
+            println!(
+                "  usage {usage:>5}m {n:>3} pods ({managed} managed, {patches} wanting a patch): median {:>7.1} µs, p99 {:>7.1} µs, {:>5.0} ns/pod",
+                med.as_secs_f64() * 1e6,
+                percentile(&samples, 0.99).as_secs_f64() * 1e6,
+                med.as_secs_f64() * 1e9 / n as f64,
+            );
+        }
+    }
+}
