@@ -134,9 +134,10 @@ impl Agent {
         self.audit_requested = true;
     }
 
-    /// The latest snapshot (for the inotify watch set).
+    /// The last full scan (for the inotify watch set): a light rescan
+    /// leaves out unmanaged pods, whose cpu.max must stay watched too.
     pub fn snapshot(&self) -> Option<&NodeSnapshot> {
-        self.prev.as_ref()
+        self.index.as_ref().or(self.prev.as_ref())
     }
 
     /// Pods of this node as views; pods that cannot be read are skipped
