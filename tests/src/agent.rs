@@ -88,6 +88,29 @@ impl AgentProcess {
         args: &[String],
     ) -> anyhow::Result<Self> {
         let bin = agent_binary()?;
+        Self::start_with_binary(
+            &bin,
+            "info,headroom=debug",
+            kubeconfig,
+            node,
+            cgroup_root,
+            log_dir,
+            args,
+        )
+        .await
+    }
+
+    /// As [`AgentProcess::start`], with another binary (e.g. the release
+    /// build for benchmarks) and `RUST_LOG` filter.
+    pub async fn start_with_binary(
+        bin: &Path,
+        rust_log: &str,
+        kubeconfig: &Path,
+        node: &str,
+        cgroup_root: &Path,
+        log_dir: &Path,
+        args: &[String],
+    ) -> anyhow::Result<Self> {
         let metrics_port = free_port()?;
         let log_path = log_dir.join(format!("agent-{node}-{metrics_port}.log"));
         let log = std::fs::File::create(&log_path)?;
@@ -102,7 +125,7 @@ impl AgentProcess {
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{metrics_port}"))
             .args(args)
-            .env("RUST_LOG", "info,headroom=debug")
+            .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -1,0 +1,654 @@
+//! Footprint (issue 5) and reaction latency (issue 4) of the RELEASE agent
+//! against a real kube-apiserver and a simulated kubelet. A benchmark that
+//! prints figures; it asserts nothing about time.
+//!
+//! Run: `cargo bench -p headroom-tests --bench footprint`
+//!
+//! Environment (all optional): `FOOTPRINT_PARTS` = `footprint,latency` (which
+//! parts to run), `FOOTPRINT_WINDOW_S` = sampling window (60), `LATENCY_REPS`
+//! = repetitions per tick setting (5).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
+use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
+use testkit::kubelet_sim::{SimConfig, SimKubelet};
+
+const CMD: &str = "cargo bench -p headroom-tests --bench footprint";
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn part_enabled(part: &str) -> bool {
+    std::env::var("FOOTPRINT_PARTS")
+        .map(|v| v.split(',').any(|p| p.trim() == part))
+        .unwrap_or(true)
+}
+
+fn main() -> anyhow::Result<()> {
+    let bin = release_agent()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
+        let dir = tempfile::tempdir()?;
+        println!("# {CMD}");
+        println!("agent binary: {}", bin.display());
+        if part_enabled("footprint") {
+            footprint(&cp, &bin, dir.path()).await?;
+        }
+        if part_enabled("latency") {
+            for tick in ["200ms", "1s"] {
+                latency(&cp, &bin, dir.path(), tick).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Builds the release agent (a no-op when fresh) and returns its path.
+fn release_agent() -> anyhow::Result<PathBuf> {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ws.join("target"));
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "headroom-agent",
+            "--bin",
+            "headroom-agent",
+        ])
+        .current_dir(&ws)
+        .status()
+        .context("running cargo build --release")?;
+    let bin = target.join("release").join("headroom-agent");
+    if !status.success() || !bin.exists() {
+        bail!("cargo build --release -p headroom-agent failed ({status})");
+    }
+    Ok(bin)
+}
+
+// ---------------------------------------------------------------- pods
+
+/// A pod of the footprint mix and the CPU demand the sim gives it.
+struct Spec {
+    name: String,
+    body: Value,
+    demand_m: u64,
+}
+
+fn res(req: &str, lim: Option<&str>) -> Value {
+    let mut r = json!({"requests": {"cpu": req, "memory": "16Mi"}});
+    if let Some(l) = lim {
+        r["limits"] = json!({"cpu": l});
+    }
+    r
+}
+
+fn pod(name: &str, node: &str, containers: Vec<Value>, annotations: Option<Value>) -> Value {
+    let mut p = json!({"metadata": {"name": name},
+        "spec": {"nodeName": node, "containers": containers}});
+    if let Some(a) = annotations {
+        p["metadata"]["annotations"] = a;
+    }
+    p
+}
+
+fn container(name: &str, resources: Value) -> Value {
+    json!({"name": name, "image": "registry.k8s.io/pause:3.10", "resources": resources})
+}
+
+/// 160 managed 1-container, 40 managed 3-container Burstable pods, 20
+/// Guaranteed, 15 BestEffort, 15 opted-out Burstable: 250 pods.
+fn footprint_mix(node: &str) -> Vec<Spec> {
+    let mut out = Vec::new();
+    let mut add = |name: String, body: Value, demand_m: u64| {
+        out.push(Spec {
+            name,
+            body,
+            demand_m,
+        })
+    };
+    for i in 0..160 {
+        let n = format!("m1-{i}");
+        let b = pod(
+            &n,
+            node,
+            vec![container("app", res("20m", Some("30m")))],
+            None,
+        );
+        add(n, b, 10);
+    }
+    for i in 0..40 {
+        let n = format!("m3-{i}");
+        let cs = ["app", "sidecar", "log"]
+            .iter()
+            .map(|c| container(c, res("10m", Some("15m"))))
+            .collect();
+        add(n.clone(), pod(&n, node, cs, None), 15);
+    }
+    for i in 0..20 {
+        let n = format!("g-{i}");
+        let r = json!({"requests": {"cpu": "100m", "memory": "16Mi"},
+            "limits": {"cpu": "100m", "memory": "16Mi"}});
+        add(
+            n.clone(),
+            pod(&n, node, vec![container("app", r)], None),
+            50,
+        );
+    }
+    for i in 0..15 {
+        let n = format!("be-{i}");
+        add(
+            n.clone(),
+            pod(&n, node, vec![container("app", json!({}))], None),
+            20,
+        );
+    }
+    for i in 0..15 {
+        let n = format!("out-{i}");
+        let b = pod(
+            &n,
+            node,
+            vec![container("app", res("100m", None))],
+            Some(json!({"headroom.dev/managed": "false"})),
+        );
+        add(n, b, 100);
+    }
+    out
+}
+
+async fn opt_in(client: &Client, ns: &str) -> anyhow::Result<()> {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Creates pods 25 at a time.
+async fn create_all(api: &Api<Pod>, bodies: Vec<Value>) -> anyhow::Result<()> {
+    futures::stream::iter(bodies)
+        .map(|b| async move {
+            let p: Pod = serde_json::from_value(b)?;
+            api.create(&PostParams::default(), &p).await?;
+            anyhow::Ok(())
+        })
+        .buffer_unordered(25)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+fn running(p: &Pod) -> bool {
+    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+}
+
+async fn wait_running(api: &Api<Pod>, n: usize, bound: Duration) -> anyhow::Result<Duration> {
+    let t0 = Instant::now();
+    loop {
+        let pods = api.list(&ListParams::default()).await?;
+        let up = pods.items.iter().filter(|p| running(p)).count();
+        if up >= n {
+            return Ok(t0.elapsed());
+        }
+        if t0.elapsed() > bound {
+            bail!("{up}/{n} pods Running after {bound:?}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Sum of `metadata.generation` over the namespace: moves with every patch.
+async fn generation_sum(api: &Api<Pod>) -> anyhow::Result<i64> {
+    let pods = api.list(&ListParams::default()).await?;
+    Ok(pods
+        .items
+        .iter()
+        .map(|p| p.metadata.generation.unwrap_or(0))
+        .sum())
+}
+
+fn limit_m(p: &Pod, container: &str) -> Option<u64> {
+    let c = p
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == container)?;
+    let q = c.resources.as_ref()?.limits.as_ref()?.get("cpu")?;
+    headroom::quantity::cpu_millis(&q.0).ok()
+}
+
+// ---------------------------------------------------------------- /proc
+
+#[derive(Clone, Copy, Debug)]
+struct ProcSample {
+    at: Instant,
+    cpu_ticks: u64,
+    rss_kib: u64,
+    hwm_kib: u64,
+    threads: i64,
+    syscr: u64,
+    rchar: u64,
+}
+
+fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
+    let p = procfs::process::Process::new(pid as i32)?;
+    let stat = p.stat()?;
+    let status = p.status()?;
+    let io = p.io()?;
+    Ok(ProcSample {
+        at: Instant::now(),
+        cpu_ticks: stat.utime + stat.stime,
+        rss_kib: status.vmrss.unwrap_or(0),
+        hwm_kib: status.vmhwm.unwrap_or(0),
+        threads: stat.num_threads,
+        syscr: io.syscr,
+        rchar: io.rchar,
+    })
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Average CPU of the process between two samples, in millicores.
+fn millicores(a: &ProcSample, b: &ProcSample) -> f64 {
+    let cpu_s = (b.cpu_ticks - a.cpu_ticks) as f64 / procfs::ticks_per_second() as f64;
+    cpu_s / (b.at - a.at).as_secs_f64() * 1000.0
+}
+
+/// `_sum` and `_count` of a histogram in a scrape.
+fn histogram(s: &prometheus_parse::Scrape, name: &str) -> (f64, f64) {
+    // prometheus-parse keeps `_sum` and `_count` as untyped samples.
+    (
+        metric(s, &format!("{name}_sum"), &[]).unwrap_or(f64::NAN),
+        metric(s, &format!("{name}_count"), &[]).unwrap_or(f64::NAN),
+    )
+}
+
+/// Counts files named `file` under `root`.
+fn count_files(root: &Path, file: &str) -> usize {
+    let mut n = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if e.file_name() == file {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+// ---------------------------------------------------------------- 1. footprint
+
+async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
+    let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
+    let client = cp.client().await;
+    let ns = cp.namespace("footprint").await;
+    opt_in(&client, &ns).await?;
+    let node = format!("{ns}-node");
+    let root = dir.join("cg-footprint");
+    let mut cfg = SimConfig::new(&node, &root);
+    cfg.allocatable_cpu_m = 16_000;
+    cfg.allocatable_memory = "64Gi".into();
+    cfg.tick = Duration::from_secs(1);
+    let sim = SimKubelet::start(client.clone(), cfg).await?;
+    cp.wait_node_admissible(&node).await?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let mix = footprint_mix(&node);
+    let total = mix.len();
+    for s in &mix {
+        sim.set_demand(&ns, &s.name, s.demand_m);
+    }
+    let t0 = Instant::now();
+    create_all(&api, mix.iter().map(|s| s.body.clone()).collect()).await?;
+    let created = t0.elapsed();
+    let up = wait_running(&api, total, Duration::from_secs(300)).await?;
+    println!(
+        "\n== footprint: {total} pods (200 managed: 160×1 + 40×3 containers; 20 Guaranteed, \
+         15 BestEffort, 15 opted out), node 16 CPUs, sim tick 1 s"
+    );
+    println!("created in {created:.1?}, all Running after {up:.1?} more");
+    println!(
+        "cgroup tree: {} cpu.stat files, {} cpu.max files",
+        count_files(&root, "cpu.stat"),
+        count_files(&root, "cpu.max")
+    );
+
+    // Default flags: tick 1 s, audit 30 s, cooldown 60 s, reserve 100m.
+    let mut agent =
+        AgentProcess::start_with_binary(bin, "info", cp.kubeconfig_path(), &node, &root, dir, &[])
+            .await?;
+    let pid = agent.pid().context("agent pid")?;
+    let started = Instant::now();
+    let first = proc_sample(pid)?;
+    println!(
+        "agent ready: RSS {:.1} MiB, threads {}",
+        mib(first.rss_kib),
+        first.threads
+    );
+
+    // Converged = no generation bump for `quiet` (bounded).
+    let quiet = Duration::from_secs(20);
+    let bound = Duration::from_secs(300);
+    let mut last = generation_sum(&api).await?;
+    let initial = last;
+    let mut last_change = Instant::now();
+    let mut peak_conv = first.rss_kib;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        peak_conv = peak_conv.max(proc_sample(pid)?.rss_kib);
+        let g = generation_sum(&api).await?;
+        if g != last {
+            last = g;
+            last_change = Instant::now();
+        }
+        if last_change.elapsed() >= quiet {
+            break;
+        }
+        if started.elapsed() > bound {
+            println!("WARNING: still patching after {bound:?}; sampling anyway");
+            break;
+        }
+    }
+    let conv = proc_sample(pid)?;
+    println!(
+        "converged: {} patches, last one {:.1?} after start (quiet {quiet:?}); \
+         CPU during convergence {:.1} m avg; RSS peak {:.1} MiB",
+        last - initial,
+        last_change - started,
+        millicores(&first, &conv),
+        mib(peak_conv)
+    );
+
+    let m0 = parse_metrics(&agent.scrape().await?)?;
+    let a = proc_sample(pid)?;
+    let mut peak = a.rss_kib;
+    let mut b = a;
+    while b.at - a.at < window {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        b = proc_sample(pid)?;
+        peak = peak.max(b.rss_kib);
+    }
+    let m1 = parse_metrics(&agent.scrape().await?)?;
+    let g_end = generation_sum(&api).await?;
+    let secs = (b.at - a.at).as_secs_f64();
+    let ticks = secs; // default tick = 1 s
+    println!(
+        "steady window {secs:.1} s: CPU {:.2} millicores avg (target ≤ 5), \
+         RSS peak {:.1} MiB final {:.1} MiB (target ≤ 20), VmHWM (lifetime peak) {:.1} MiB, \
+         threads {}, patches in window {}",
+        millicores(&a, &b),
+        mib(peak),
+        mib(b.rss_kib),
+        mib(b.hwm_kib),
+        b.threads,
+        g_end - last
+    );
+    println!(
+        "per tick: {:.0} read syscalls, {:.0} KiB read",
+        (b.syscr - a.syscr) as f64 / ticks,
+        (b.rchar - a.rchar) as f64 / 1024.0 / ticks
+    );
+    for h in [
+        "headroom_scan_duration_seconds",
+        "headroom_decision_duration_seconds",
+    ] {
+        let (s0, c0) = histogram(&m0, h);
+        let (s1, c1) = histogram(&m1, h);
+        if c1 > c0 {
+            println!(
+                "{h}: {:.0} observations, mean {:.2} ms",
+                c1 - c0,
+                (s1 - s0) / (c1 - c0) * 1000.0
+            );
+        }
+    }
+    let managed = metric(&m1, "headroom_pods", &[("state", "managed")]).unwrap_or(f64::NAN);
+    println!("headroom_pods{{state=managed}} = {managed}");
+
+    // Where the time goes: syscall counts over 10 s (after the window, as
+    // strace slows the agent), then the CPU with the cgroup files static.
+    let out = tokio::process::Command::new("timeout")
+        .args([
+            "-s",
+            "INT",
+            "10",
+            "strace",
+            "-c",
+            "-f",
+            "-p",
+            &pid.to_string(),
+        ])
+        .output()
+        .await;
+    match out {
+        Ok(o) => println!(
+            "strace -c -f -p <agent> for 10 s (sim writing every 1 s):\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => println!("strace not run: {e}"),
+    }
+    sim.stop().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let a = proc_sample(pid)?;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let b = proc_sample(pid)?;
+    println!(
+        "sim stopped (no cgroup file changes, same tree): CPU {:.2} millicores avg over {:.0?}, \
+         {:.0} read syscalls/tick",
+        millicores(&a, &b),
+        b.at - a.at,
+        (b.syscr - a.syscr) as f64 / (b.at - a.at).as_secs_f64()
+    );
+    agent.stop().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 2. latency
+
+/// One watched change of a pod: when it arrived, name, generation, app limit.
+type Seen = (Instant, String, i64, Option<u64>);
+
+/// Limit (m) from which a managed pod of the latency setup counts as raised
+/// (ceiling 800m; the agent caps capacity at the host's online CPUs).
+const RAISED: u64 = 600;
+
+async fn latency(cp: &ControlPlane, bin: &Path, dir: &Path, tick: &str) -> anyhow::Result<()> {
+    let reps = env_u64("LATENCY_REPS", 5);
+    let client = cp.client().await;
+    let ns = cp.namespace(&format!("latency-{tick}")).await;
+    opt_in(&client, &ns).await?;
+    let node = format!("{ns}-node");
+    let root = dir.join(format!("cg-latency-{tick}"));
+    let sim = SimKubelet::start(client.clone(), SimConfig::new(&node, &root)).await?;
+    cp.wait_node_admissible(&node).await?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let managed = ["m1", "m2", "m3"];
+    let mut bodies: Vec<Value> = managed
+        .iter()
+        .map(|n| {
+            pod(
+                n,
+                &node,
+                vec![container("app", res("200m", Some("300m")))],
+                None,
+            )
+        })
+        .collect();
+    bodies.push(pod(
+        "filler",
+        &node,
+        vec![container("app", res("100m", None))],
+        Some(json!({"headroom.dev/managed": "false"})),
+    ));
+    for n in managed {
+        sim.set_demand(&ns, n, 100);
+    }
+    sim.set_demand(&ns, "filler", 0);
+    create_all(&api, bodies).await?;
+    wait_running(&api, 4, Duration::from_secs(60)).await?;
+
+    // Watch first, so no change is missed.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Seen>();
+    let wapi = api.clone();
+    let watch = tokio::spawn(async move {
+        let mut s = watcher(wapi, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(p)) = s.next().await {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let g = p.metadata.generation.unwrap_or(0);
+            if tx
+                .send((Instant::now(), name, g, limit_m(&p, "app")))
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+
+    let mut args = fast_args();
+    if let Some(i) = args.iter().position(|a| a == "--tick") {
+        args[i + 1] = tick.to_string();
+    }
+    let mut agent = AgentProcess::start_with_binary(
+        bin,
+        "info",
+        cp.kubeconfig_path(),
+        &node,
+        &root,
+        dir,
+        &args,
+    )
+    .await?;
+    println!(
+        "\n== reaction latency, --tick {tick} (other flags: {}), 3 managed pods req 200m \
+         lim 300m (ceiling 800m), node 4 CPUs, sim tick 100 ms",
+        args.join(" ")
+    );
+
+    let mut state: BTreeMap<String, (i64, Option<u64>)> = BTreeMap::new();
+    let mut took = Vec::new();
+    for rep in 0..reps {
+        // Idle: wait until every managed pod is raised near its ceiling
+        // (the dead band may stop short of it) and no patch came for 3 s.
+        sim.set_demand(&ns, "filler", 0);
+        let raised = |st: &BTreeMap<String, (i64, Option<u64>)>| {
+            managed.iter().all(|n| {
+                st.get(*n)
+                    .is_some_and(|(_, l)| l.is_some_and(|l| l >= RAISED))
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = if raised(&state) {
+                Duration::from_secs(3).min(left)
+            } else {
+                left
+            };
+            match tokio::time::timeout(wait, rx.recv()).await {
+                Ok(Some((_, n, g, l))) => {
+                    state.insert(n, (g, l));
+                }
+                Err(_) if raised(&state) => break,
+                _ => bail!(
+                    "rep {rep}: managed pods not raised to ≥ {RAISED}m: {state:?}\n{}",
+                    agent.log_tail(20)
+                ),
+            }
+        }
+        let base: BTreeMap<String, (i64, u64)> = managed
+            .iter()
+            .map(|n| {
+                let (g, l) = state.get(*n).cloned().unwrap_or((0, None));
+                (n.to_string(), (g, l.unwrap_or(0)))
+            })
+            .collect();
+
+        // Spike: the unmanaged pod wants the whole node.
+        let t0 = Instant::now();
+        sim.set_demand(&ns, "filler", 4000);
+        let deadline = t0 + Duration::from_secs(120);
+        let hit = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, rx.recv()).await {
+                Ok(Some((at, n, g, l))) => {
+                    let lowered = base
+                        .get(&n)
+                        .is_some_and(|(bg, bl)| g > *bg && l.is_some_and(|l| l < *bl));
+                    state.insert(n.clone(), (g, l));
+                    if lowered {
+                        break (at - t0, n, l);
+                    }
+                }
+                _ => bail!(
+                    "rep {rep}: no lowering within 120 s\n{}",
+                    agent.log_tail(20)
+                ),
+            }
+        };
+        println!(
+            "rep {rep}: first lowering patch ({} → {}m) seen after {:.0?}",
+            hit.1,
+            hit.2.unwrap_or(0),
+            hit.0
+        );
+        took.push(hit.0);
+    }
+    took.sort();
+    if let (Some(med), Some(max)) = (took.get(took.len() / 2), took.last()) {
+        println!(
+            "--tick {tick}: set_demand → first lowering patch: median {med:.0?}, max {max:.0?} \
+             over {} reps",
+            took.len()
+        );
+    }
+    if let Some(pid) = agent.pid() {
+        let p = proc_sample(pid)?;
+        println!(
+            "agent with 4 pods: RSS {:.1} MiB, VmHWM {:.1} MiB",
+            mib(p.rss_kib),
+            mib(p.hwm_kib)
+        );
+    }
+    watch.abort();
+    agent.stop().await;
+    sim.stop().await;
+    Ok(())
+}
