@@ -1,0 +1,168 @@
+//! One decision round of the agent for 110, 250 and 500 pods:
+//! `policy` = decide + plan from measured slack (no I/O);
+//! `tick` = what `run` does every tick: light rescan (kubepods + every
+//! managed pod's cpu.stat) + slack + decide + plan;
+//! `tick_full` = the same with a full scan (audit ticks).
+//!
+//! `cargo bench -p headroom-agent --bench round`
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hint::black_box;
+use std::path::Path;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use headroom::cgroup::{self, Depth};
+use headroom::model::{
+    ContainerKind, ContainerSpec, ContainerState, PodView, Qos, ResizePolicy, ResizeState,
+    Resources,
+};
+use headroom::policy::{PolicyConfig, TokenBucket, plan};
+use headroom::reconcile::observe_round;
+use headroom::slack::{self, CapacityInputs};
+
+fn write(dir: &Path, cpu_max: &str, usage: u64) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("cpu.max"), cpu_max).unwrap();
+    std::fs::write(
+        dir.join("cpu.stat"),
+        format!("usage_usec {usage}\nuser_usec {usage}\nsystem_usec 0\nnr_periods 100\nnr_throttled 3\nthrottled_usec 900\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("cpu.pressure"), "some avg10=1.00 avg60=0.50 avg300=0.10 total=100\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
+    std::fs::write(dir.join("cpu.weight"), "10\n").unwrap();
+}
+
+/// A kind-layout tree of `n` Burstable pods × 3 containers (+ pause), and the
+/// matching pod views (all opted in).
+fn node(root: &Path, n: usize) -> Vec<PodView> {
+    std::fs::write(root.join("cgroup.controllers"), "cpuset cpu memory\n").unwrap();
+    let kp = root.join("kubelet.slice/kubelet-kubepods.slice");
+    write(&kp, "max 100000\n", 1);
+    let bu = kp.join("kubelet-kubepods-burstable.slice");
+    write(&bu, "max 100000\n", 1);
+    let mut views = Vec::new();
+    for i in 0..n {
+        let uid = format!("{i:08x}-0000-4000-8000-000000000000");
+        let pod = bu.join(format!(
+            "kubelet-kubepods-burstable-pod{}.slice",
+            uid.replace('-', "_")
+        ));
+        write(&pod, "60000 100000\n", 1000 + i as u64);
+        let mut containers = Vec::new();
+        let mut statuses = Vec::new();
+        for c in 0..3 {
+            let id = format!("{i:032x}{c:032x}");
+            write(
+                &pod.join(format!("cri-containerd-{id}.scope")),
+                "20000 100000\n",
+                10,
+            );
+            containers.push(ContainerSpec {
+                name: format!("c{c}"),
+                kind: ContainerKind::App,
+                resources: Resources {
+                    cpu_request: Some(50),
+                    cpu_limit: Some(200),
+                    mem_request: Some(64 << 20),
+                    mem_limit: None,
+                },
+                cpu_resize_policy: ResizePolicy::NotRequired,
+            });
+            statuses.push(ContainerState {
+                name: format!("c{c}"),
+                container_id: Some(id),
+                runtime: Some("containerd".into()),
+                running: true,
+                ..Default::default()
+            });
+        }
+        write(
+            &pod.join(format!("cri-containerd-{:064x}.scope", i + 1 << 20)),
+            "max 100000\n",
+            1,
+        );
+        views.push(PodView {
+            namespace: "bench".into(),
+            name: format!("p{i}"),
+            uid,
+            node_name: Some("n".into()),
+            generation: 1,
+            resource_version: None,
+            phase: Some("Running".into()),
+            terminating: false,
+            static_pod: false,
+            windows: false,
+            qos: Qos::Burstable,
+            containers,
+            pod_resources: None,
+            overhead_cpu: None,
+            statuses,
+            resize: ResizeState {
+                observed_generation: Some(1),
+                ..Default::default()
+            },
+            annotations: BTreeMap::new(),
+        });
+    }
+    views
+}
+
+fn bench(c: &mut Criterion) {
+    let cfg = PolicyConfig::default();
+    let cap = CapacityInputs {
+        node_allocatable_m: Some(64_000),
+        online_cpus: 64,
+    };
+    let opted: HashSet<String> = ["bench".to_string()].into();
+    let floors = HashMap::new();
+    let mut g = c.benchmark_group("round");
+    for n in [110usize, 250, 500] {
+        let t = tempfile::tempdir().unwrap();
+        let views = node(t.path(), n);
+        let layout = cgroup::discover(t.path()).unwrap();
+        let prev = cgroup::scan(t.path(), &layout, 0).unwrap();
+        let cur = cgroup::scan(t.path(), &layout, 1_000_000).unwrap();
+        let s = slack::measure(&prev, &cur, cap);
+        let round = |s: &slack::NodeSlack| {
+            let r = observe_round("n", &views, s, &opted, &floors, Some(true), &cfg);
+            let mut bucket = TokenBucket::from_config(&cfg);
+            plan(
+                &r.node,
+                &r.decisions,
+                &HashMap::new(),
+                100.0,
+                &mut bucket,
+                &cfg,
+            )
+        };
+        g.bench_with_input(BenchmarkId::new("policy", n), &n, |b, _| {
+            b.iter(|| black_box(round(&s)))
+        });
+        g.bench_with_input(BenchmarkId::new("tick", n), &n, |b, _| {
+            let mut at = 2_000_000;
+            b.iter(|| {
+                at += 1_000_000;
+                let light = cgroup::rescan(t.path(), &cur, at, |_| Depth::Stat).unwrap();
+                let s = slack::measure(&cur, &light, cap);
+                black_box(round(&s))
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("tick_full", n), &n, |b, _| {
+            let mut at = 2_000_000;
+            b.iter(|| {
+                at += 1_000_000;
+                let full = cgroup::scan(t.path(), &layout, at).unwrap();
+                let s = slack::measure(&cur, &full, cap);
+                black_box(round(&s))
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20).measurement_time(std::time::Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);
