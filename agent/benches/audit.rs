@@ -37,7 +37,7 @@ fn spec(name: &str, kind: ContainerKind, req: u64, lim: Option<u64>) -> Containe
 
 fn pod(i: usize) -> PodView {
     let uid = format!("{i:08x}-1111-2222-3333-444455556666");
-    let unlimited = i % 5 == 0;
+    let unlimited = i.is_multiple_of(5);
     let containers = vec![
         spec("app", ContainerKind::App, 100, Some(500 + i as u64)),
         spec(
@@ -71,12 +71,12 @@ fn pod(i: usize) -> PodView {
         windows: false,
         qos: Qos::Burstable,
         containers,
-        pod_resources: (i % 10 == 0).then_some(Resources {
+        pod_resources: i.is_multiple_of(10).then_some(Resources {
             cpu_request: Some(200),
             cpu_limit: Some(2000),
             ..Default::default()
         }),
-        overhead_cpu: (i % 3 == 0).then_some(50),
+        overhead_cpu: i.is_multiple_of(3).then_some(50),
         statuses,
         resize: ResizeState::default(),
         annotations: BTreeMap::new(),

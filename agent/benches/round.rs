@@ -77,7 +77,7 @@ fn node(root: &Path, n: usize) -> Vec<PodView> {
             });
         }
         write(
-            &pod.join(format!("cri-containerd-{:064x}.scope", i + 1 << 20)),
+            &pod.join(format!("cri-containerd-{:064x}.scope", (i + 1) << 20)),
             "max 100000\n",
             1,
         );
