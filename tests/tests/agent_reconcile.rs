@@ -810,3 +810,62 @@ async fn explain_shows_why_a_pod_is_managed_or_not_and_its_figures() {
     assert_eq!(o["pod"]["managed"], json!(false));
     assert_eq!(o["reason"], json!("opted_out"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_survives_a_dead_apiserver_without_panicking_or_patching() {
+    // A control plane of its own, so killing its apiserver harms no other test.
+    let cp: &'static ControlPlane = Box::leak(Box::new(
+        ControlPlane::start(ControlPlaneOptions::default())
+            .await
+            .expect("control plane"),
+    ));
+    let c = Cluster::start(cp, "dead", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("d", &node, "100m", Some("150m"))).await;
+    c.wait_for("d", "raised", |p| cpu_limit_m(p, "app") == Some(400))
+        .await;
+    let mut filler = burstable("filler", &node, "100m", None);
+    filler["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    c.create(filler).await;
+    c.wait_running("filler").await;
+    let agent = c.agent(0);
+    let before = parse_metrics(&agent.scrape().await.unwrap()).unwrap();
+    let applied_before =
+        metric(&before, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0);
+
+    std::process::Command::new("kill")
+        .arg("-KILL")
+        .arg(cp.apiserver_pid().to_string())
+        .status()
+        .unwrap();
+    // Load changes while the apiserver is gone: the agent wants to lower,
+    // cannot, and must neither crash nor spin.
+    c.nodes[0].sim.set_demand(&c.ns, "filler", 4000);
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (code, _) = agent.get("/healthz").await.expect("agent still serves");
+    assert_eq!(code, 200);
+    let after = parse_metrics(&agent.scrape().await.unwrap()).unwrap();
+    assert_eq!(
+        metric(&after, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0),
+        applied_before,
+        "nothing can be applied without an apiserver"
+    );
+    let log = agent.log();
+    assert!(
+        !log.contains("panicked"),
+        "agent panicked:\n{}",
+        agent.log_tail(30)
+    );
+    assert!(
+        log.contains("watch error"),
+        "the outage is logged:\n{}",
+        agent.log_tail(30)
+    );
+    // Bounded effort: at most a handful of failed patch attempts in 8 s
+    // (per-pod backoff with jitter), never one per tick (40 ticks).
+    let errors = metric(&after, "headroom_patch_errors_total", &[]).unwrap_or(0.0);
+    assert!(
+        errors <= 8.0,
+        "{errors} failed patches in 8 s: a retry storm"
+    );
+}
