@@ -33,8 +33,6 @@ pub struct Memory {
     pub backoff: HashMap<String, Backoff>,
     /// Node-wide stop after a 403 (RBAC or admission): a configuration alarm.
     pub forbidden: Option<Backoff>,
-    /// Pod-level resize support, by pod shape (`dryRun=All` probe result).
-    pub pod_level_probe: HashMap<String, bool>,
     /// Last dry-run target logged per uid (log changes only).
     pub dry_run_logged: HashMap<String, Millis>,
 }

@@ -35,6 +35,9 @@ pub use round::{Round, observe_round};
 /// known yet (a Running pod without a cgroup must not force one every tick).
 const NEW_POD_RESCAN: Duration = Duration::from_secs(2);
 
+/// Wait before asking again after an inconclusive pod-level probe.
+const PROBE_RETRY: Duration = Duration::from_secs(30);
+
 /// Settings of the `run` loop (flags of `headroom-agent run`).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -74,6 +77,7 @@ pub struct Agent {
     last_audit: Option<Duration>,
     audit_requested: bool,
     pod_level_supported: Option<bool>,
+    next_probe: Option<Duration>,
     started: Instant,
     online_cpus: u64,
     rng: u64,
@@ -110,6 +114,7 @@ impl Agent {
             last_audit: None,
             audit_requested: true,
             pod_level_supported: None,
+            next_probe: None,
             started: Instant::now(),
             online_cpus: slack::online_cpus_at(&settings.cgroup_root),
             rng: 0x9E37_79B9_7F4A_7C15 ^ std::process::id() as u64,
@@ -261,7 +266,7 @@ impl Agent {
             .decision_duration
             .observe(t_decide.elapsed().as_secs_f64());
 
-        self.probe_pod_level(&views, &round).await;
+        self.probe_pod_level(&views, &round, now).await;
         let by_uid: HashMap<&str, &PodView> = views.iter().map(|v| (v.uid.as_str(), v)).collect();
         for p in &outcome.patches {
             if let Some(view) = by_uid.get(p.uid.as_str()) {
@@ -297,8 +302,12 @@ impl Agent {
         Some(round)
     }
 
-    async fn probe_pod_level(&mut self, views: &[PodView], round: &Round) {
-        if self.pod_level_supported.is_some() {
+    /// One `dryRun=All` resize decides pod-level management for the whole
+    /// node: the gate is cluster-wide and the declared feature node-wide, so
+    /// the answer does not depend on the pod's shape. An inconclusive answer
+    /// (RBAC, transport) is retried after [`PROBE_RETRY`], never every tick.
+    async fn probe_pod_level(&mut self, views: &[PodView], round: &Round, now: Duration) {
+        if self.pod_level_supported.is_some() || self.next_probe.is_some_and(|t| now < t) {
             return;
         }
         let Some(d) = round
@@ -321,15 +330,14 @@ impl Agent {
             })
             .max(self.settings.policy.quantum_m);
         let api: Api<Pod> = Api::namespaced(self.api.clone().into_client(), &v.namespace);
-        let shape = format!("pod-level/limit={}", pr.cpu_limit.is_some());
         match resize::probe_pod_level(&api, &v.name, value, self.settings.policy.quantum_m).await {
             Some(ok) => {
-                tracing::info!(pod = %v.key(), supported = ok, %shape, "probed pod-level resize support (dryRun=All)");
-                self.memory.pod_level_probe.insert(shape, ok);
+                tracing::info!(pod = %v.key(), supported = ok, "probed pod-level resize support (dryRun=All)");
                 self.pod_level_supported = Some(ok);
             }
             None => {
-                tracing::warn!(pod = %v.key(), "pod-level resize probe inconclusive; will retry")
+                self.next_probe = Some(now + PROBE_RETRY);
+                tracing::warn!(pod = %v.key(), retry_s = PROBE_RETRY.as_secs(), "pod-level resize probe inconclusive; will retry");
             }
         }
     }
