@@ -90,7 +90,7 @@ impl AgentProcess {
         let bin = agent_binary()?;
         Self::start_with_binary(
             &bin,
-            "info,headroom=debug",
+            "info,headroom=debug,headroom_agent=debug",
             kubeconfig,
             node,
             cgroup_root,
