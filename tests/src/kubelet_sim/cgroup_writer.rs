@@ -1,9 +1,13 @@
 //! Writes the simulated cgroupfs. Counter files (`cpu.stat`, `cpu.pressure`) are
-//! always replaced by rename, so a reader never sees half a file. `cpu.max` and
+//! always replaced by rename (staged outside the tree, so, as with the kernel's
+//! counters, a watch on the cgroup directory sees no `IN_CREATE`/`IN_MODIFY`),
+//! so a reader never sees half a file. `cpu.max` and
 //! `cpu.weight` follow [`WriteMode`].
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How the simulator writes `cpu.max` and `cpu.weight`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,12 +24,44 @@ pub enum WriteMode {
 
 const CONTROLLERS: &str = "cpuset cpu io memory hugetlb pids rdma misc\n";
 
-/// Replaces `dir/name` by rename from a dot-file in the same directory.
+/// A directory outside every simulated tree to stage files in (per process).
+fn staging() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("headroom-sim-staging-{}", std::process::id()));
+        std::fs::create_dir_all(&d).ok().map(|_| d)
+    })
+    .as_deref()
+}
+
+/// Replaces `dir/name` by rename. The temp file is staged outside the tree
+/// when it can be: the kernel's counters change without any inotify event in
+/// the cgroup directory, and a temp file created there would raise
+/// `IN_CREATE`/`IN_MODIFY` that a real node never shows. Falls back to a
+/// dot-file in `dir` when the staging area is on another filesystem.
 pub fn write_atomic(dir: &Path, name: &str, content: &str) -> std::io::Result<()> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dest = dir.join(name);
+    if let Some(st) = staging() {
+        let tmp = st.join(format!("{name}.{}", N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::write(&tmp, content)?;
+        match std::fs::rename(&tmp, &dest) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                if e.raw_os_error() != Some(EXDEV) {
+                    return Err(e);
+                }
+            }
+        }
+    }
     let tmp = dir.join(format!(".{name}.sim-tmp"));
     std::fs::write(&tmp, content)?;
-    std::fs::rename(&tmp, dir.join(name))
+    std::fs::rename(&tmp, dest)
 }
+
+/// `rename(2)` across filesystems.
+const EXDEV: i32 = 18;
 
 /// Writes a kubelet-written file (`cpu.max`, `cpu.weight`).
 pub fn write_setting(
