@@ -311,6 +311,14 @@ fn count_files(root: &Path, file: &str) -> usize {
     n
 }
 
+/// The agent caps capacity at the CPUs of its cgroup root
+/// (`cpuset.cpus.effective`, else the host's): make them the sim node's, so
+/// a 2-CPU build machine does not shrink a 16-CPU simulated node.
+fn host_cpus(root: &Path, n: u64) -> anyhow::Result<()> {
+    std::fs::write(root.join("cpuset.cpus.effective"), format!("0-{}\n", n - 1))
+        .context("writing cpuset.cpus.effective")
+}
+
 // ---------------------------------------------------------------- 1. footprint
 
 async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
@@ -325,6 +333,7 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     cfg.allocatable_memory = "64Gi".into();
     cfg.tick = Duration::from_secs(1);
     let sim = SimKubelet::start(client.clone(), cfg).await?;
+    host_cpus(&root, 16)?;
     cp.wait_node_admissible(&node).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
@@ -439,6 +448,20 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     }
     let managed = metric(&m1, "headroom_pods", &[("state", "managed")]).unwrap_or(f64::NAN);
     println!("headroom_pods{{state=managed}} = {managed}");
+    for x in m1.samples.iter().filter(|x| x.metric == "headroom_pods") {
+        if let (Some("unmanaged"), Some(reason)) = (x.labels.get("state"), x.labels.get("reason"))
+            && let prometheus_parse::Value::Gauge(v) = x.value
+            && v > 0.0
+        {
+            println!("headroom_pods{{state=unmanaged,reason={reason}}} = {v}");
+        }
+    }
+    // Why the agent still patches in a steady state, if it does.
+    let log = agent.log();
+    let resized: Vec<&str> = log.lines().filter(|l| l.contains("resized")).collect();
+    for l in &resized[resized.len().saturating_sub(4)..] {
+        println!("last patches: {l}");
+    }
 
     // Where the time goes: syscall counts over 10 s (after the window, as
     // strace slows the agent), then the CPU with the cgroup files static.
@@ -495,6 +518,7 @@ async fn latency(cp: &ControlPlane, bin: &Path, dir: &Path, tick: &str) -> anyho
     let node = format!("{ns}-node");
     let root = dir.join(format!("cg-latency-{tick}"));
     let sim = SimKubelet::start(client.clone(), SimConfig::new(&node, &root)).await?;
+    host_cpus(&root, 4)?;
     cp.wait_node_admissible(&node).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
@@ -624,18 +648,20 @@ async fn latency(cp: &ControlPlane, bin: &Path, dir: &Path, tick: &str) -> anyho
             }
         };
         println!(
-            "rep {rep}: first lowering patch ({} → {}m) seen after {:.0?}",
+            "rep {rep}: first lowering patch ({} → {}m) seen after {} ms",
             hit.1,
             hit.2.unwrap_or(0),
-            hit.0
+            hit.0.as_millis()
         );
         took.push(hit.0);
     }
     took.sort();
     if let (Some(med), Some(max)) = (took.get(took.len() / 2), took.last()) {
         println!(
-            "--tick {tick}: set_demand → first lowering patch: median {med:.0?}, max {max:.0?} \
+            "--tick {tick}: set_demand → first lowering patch: median {} ms, max {} ms \
              over {} reps",
+            med.as_millis(),
+            max.as_millis(),
             took.len()
         );
     }
