@@ -149,8 +149,8 @@ fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
 /// (`max(pct of current, m)`) or reaches the ceiling, and the pod's last
 /// patch is at least `raise_cooldown_s` old; a limit below the floor is
 /// raised at once. Lower: at once when the limit is above the ceiling, the
-/// node is under pressure, the target is the floor, or the step is at least
-/// the lowering dead band. Every patch takes a token from `bucket`; the
+/// target is the floor, the step is at least the lowering dead band, or the
+/// node is under pressure and the step is at least half of it. Every patch takes a token from `bucket`; the
 /// rest are held as `RateLimited` and come back next round.
 pub fn plan(
     node: &NodeDecision,
@@ -201,7 +201,16 @@ pub fn plan(
             let step = cur - target;
             let cause = if cur > ceiling {
                 Some(Cause::AboveCeiling)
-            } else if node.under_pressure() {
+            } else if node.under_pressure()
+                && step
+                    >= band(
+                        cur,
+                        cfg.lower_dead_band_pct / 2.0,
+                        cfg.lower_dead_band_m / 2,
+                    )
+            {
+                // Half the dead band under pressure: eager, but PSI wobbling
+                // around the threshold must not patch on every tick.
                 Some(Cause::Pressure)
             } else if target == floor {
                 Some(Cause::AtFloor)

@@ -708,6 +708,40 @@ fn small_lowering_is_held_unless_pressure_or_floor() {
 }
 
 #[test]
+fn tiny_lowering_under_pressure_is_held_but_half_a_band_goes_out() {
+    let cfg = PolicyConfig::default();
+    let p = simple("a", 100, Some(400));
+    // Half the lowering band of a 400m limit: max(5% of 400, 25m) = 25m.
+    let (mut tiny, mut half) = (false, false);
+    for cap in 300..800 {
+        let (n, ds) = decide(&node(cap, 100, 12.0), &[input(&p, 100)], &cfg);
+        let Some(t) = ds[0].target_m.filter(|t| *t < 400) else {
+            continue;
+        };
+        assert!(n.under_pressure());
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        if 400 - t < 25 && t != ds[0].floor_m().unwrap() {
+            tiny = true;
+            assert!(
+                out.patches.is_empty(),
+                "a {}m step under pressure was patched",
+                400 - t
+            );
+            assert_eq!(out.held[0].reason, HoldReason::DeadBand);
+        } else if (25..50).contains(&(400 - t)) {
+            half = true;
+            assert_eq!(
+                out.patches[0].direction,
+                Direction::Lower,
+                "a {}m step under pressure held",
+                400 - t
+            );
+        }
+    }
+    assert!(tiny && half, "the sweep covered both cases");
+}
+
+#[test]
 fn bucket_caps_patches_and_lowerings_go_first() {
     let cfg = PolicyConfig::default();
     let pods: Vec<PodView> = (0..4)
