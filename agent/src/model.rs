@@ -404,3 +404,122 @@ impl TryFrom<&Pod> for PodView {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("pod json")
+    }
+
+    #[test]
+    fn converts_containers_sidecars_pod_level_status_and_conditions() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "generation": 3,
+                         "annotations": {"headroom.dev/managed": "true"}},
+            "spec": {
+                "nodeName": "n1",
+                "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "500m"}},
+                "overhead": {"cpu": "50m"},
+                "initContainers": [
+                    {"name": "init", "image": "x"},
+                    {"name": "side", "image": "x", "restartPolicy": "Always",
+                     "resources": {"limits": {"cpu": "200m"}}}
+                ],
+                "containers": [{"name": "app", "image": "x",
+                    "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}],
+                    "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}}]
+            },
+            "status": {
+                "phase": "Running", "qosClass": "Burstable", "observedGeneration": 2,
+                "conditions": [
+                    {"type": "PodResizeInProgress", "status": "True", "observedGeneration": 3},
+                    {"type": "PodResizePending", "status": "False"}
+                ],
+                "containerStatuses": [{"name": "app", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
+                    "containerID": "containerd://abc", "state": {"running": {}},
+                    "allocatedResources": {"cpu": "250m"},
+                    "resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "300m"}}}]
+            }
+        }));
+        let v = PodView::try_from(&p).unwrap();
+        assert_eq!(v.key(), "ns/p");
+        assert_eq!(
+            v.containers.len(),
+            2,
+            "app + sidecar; ordinary init containers are not pod-lifetime"
+        );
+        assert_eq!(v.containers[1].kind, ContainerKind::Sidecar);
+        assert_eq!(
+            v.containers[1].resources.cpu_request,
+            Some(200),
+            "a limit without request means request = limit"
+        );
+        assert_eq!(
+            v.containers[0].cpu_resize_policy,
+            ResizePolicy::RestartContainer
+        );
+        assert_eq!(v.pod_resources.and_then(|r| r.cpu_limit), Some(500));
+        assert_eq!(v.cpu_request(), 100, "pod-level request wins");
+        assert_eq!(v.overhead_cpu, Some(50));
+        assert_eq!(v.resize.in_progress.as_deref(), Some(""));
+        assert_eq!(v.resize.pending, None, "a False condition is not pending");
+        assert_eq!(v.resize.observed_generation, Some(3));
+        let s = v.status_of("app").unwrap();
+        assert_eq!(
+            (s.runtime.as_deref(), s.container_id.as_deref()),
+            (Some("containerd"), Some("abc"))
+        );
+        assert!(s.running);
+        assert_eq!(s.resources.and_then(|r| r.cpu_limit), Some(300));
+        assert_eq!(s.allocated.and_then(|r| r.cpu_request), Some(250));
+    }
+
+    #[test]
+    fn a_bad_quantity_is_a_typed_error_naming_the_field() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "lots"}}}]}
+        }));
+        let e = PodView::try_from(&p).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("spec.containers[0].resources.limits.cpu"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_identity_is_an_error_not_a_panic() {
+        let p = pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": []}}));
+        assert_eq!(
+            PodView::try_from(&p).unwrap_err(),
+            ViewError::Missing("metadata.namespace")
+        );
+    }
+
+    #[test]
+    fn qos_is_computed_when_status_lacks_it() {
+        let c = |req: Option<u64>, lim: Option<u64>| ContainerSpec {
+            name: "c".into(),
+            kind: ContainerKind::App,
+            resources: Resources {
+                cpu_request: req,
+                cpu_limit: lim,
+                mem_request: lim.map(|_| 1),
+                mem_limit: lim.map(|_| 1),
+            },
+            cpu_resize_policy: ResizePolicy::NotRequired,
+        };
+        assert_eq!(compute_qos(&[c(None, None)], None), Qos::BestEffort);
+        assert_eq!(
+            compute_qos(&[c(Some(100), Some(100))], None),
+            Qos::Guaranteed
+        );
+        assert_eq!(
+            compute_qos(&[c(Some(100), Some(200))], None),
+            Qos::Burstable
+        );
+    }
+}

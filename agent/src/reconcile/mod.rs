@@ -77,6 +77,8 @@ pub struct Agent {
     last_audit: Option<Duration>,
     audit_requested: bool,
     pod_level_supported: Option<bool>,
+    /// Pods that could not be read as a PodView: uid → resourceVersion logged.
+    unreadable: HashMap<String, String>,
     next_probe: Option<Duration>,
     started: Instant,
     online_cpus: u64,
@@ -114,6 +116,7 @@ impl Agent {
             last_audit: None,
             audit_requested: true,
             pod_level_supported: None,
+            unreadable: HashMap::new(),
             next_probe: None,
             started: Instant::now(),
             online_cpus: slack::online_cpus_at(&settings.cgroup_root),
@@ -147,8 +150,9 @@ impl Agent {
 
     /// Pods of this node as views; pods that cannot be read are skipped
     /// and logged (never fatal).
-    fn views(&self) -> Vec<PodView> {
+    fn views(&mut self) -> Vec<PodView> {
         let mut out = Vec::new();
+        let mut unreadable = HashMap::new();
         for p in self.caches.pods() {
             // The field selector already scopes the watch; this guards the
             // invariant that no other node's pod is ever considered.
@@ -160,10 +164,17 @@ impl Agent {
             match PodView::try_from(p.as_ref()) {
                 Ok(v) => out.push(v),
                 Err(e) => {
-                    tracing::warn!(pod = ?p.metadata.name, error = %e, "skipping unreadable pod")
+                    // Logged once per version of the pod, counted every tick.
+                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    let rv = p.metadata.resource_version.clone().unwrap_or_default();
+                    if self.unreadable.get(&uid) != Some(&rv) {
+                        tracing::warn!(pod = ?p.metadata.name, error = %e, "skipping unreadable pod");
+                    }
+                    unreadable.insert(uid, rv);
                 }
             }
         }
+        self.unreadable = unreadable;
         out
     }
 
@@ -615,17 +626,24 @@ impl Agent {
             pressure_some_ratio: slack.pressure_some_avg10.unwrap_or(0.0) / 100.0,
             pressure_full_ratio: slack.pressure_full_avg10.map(|p| p / 100.0),
         });
+        let throttled: HashMap<&str, Option<f64>> = slack
+            .pods
+            .iter()
+            .map(|p| (p.uid.as_str(), p.throttled_ratio))
+            .collect();
         let mut unmanaged: HashMap<String, usize> = HashMap::new();
+        if !self.unreadable.is_empty() {
+            unmanaged.insert("unreadable".into(), self.unreadable.len());
+        }
         let mut managed = 0;
         for d in &round.decisions {
             match d.reason {
                 None => {
                     managed += 1;
-                    let throttled = slack
-                        .pods
-                        .iter()
-                        .find(|p| p.uid == d.uid)
-                        .and_then(|p| p.throttled_ratio)
+                    let throttled = throttled
+                        .get(d.uid.as_str())
+                        .copied()
+                        .flatten()
                         .unwrap_or(0.0);
                     self.metrics.set_pod(
                         &d.namespace,
