@@ -58,8 +58,8 @@ pub fn start(client: Client, node_name: &str) -> (Caches, Vec<JoinHandle<()>>) {
     let pod_cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     let pod_stream = watcher(Api::<Pod>::all(client.clone()), pod_cfg)
         .default_backoff()
-        // managedFields are large and never read: keep memory flat.
-        .modify(|p| p.managed_fields_mut().clear())
+        // Keep only what PodView reads: memory stays flat on busy nodes.
+        .modify(slim_pod)
         .reflect(pods_w);
     let node_cfg = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
     let node_stream = watcher(Api::<Node>::all(client.clone()), node_cfg)
@@ -92,6 +92,61 @@ pub fn start(client: Client, node_name: &str) -> (Caches, Vec<JoinHandle<()>>) {
     )
 }
 
+/// Drops the parts of a Pod the agent never reads (managedFields, labels,
+/// owner references, volumes, env, commands, probes, images, IPs...), so the
+/// watch cache holds a few hundred bytes per container instead of kilobytes.
+/// Everything `PodView::try_from` and the events need is kept.
+pub fn slim_pod(p: &mut Pod) {
+    let m = &mut p.metadata;
+    m.managed_fields = None;
+    m.labels = None;
+    m.owner_references = None;
+    m.finalizers = None;
+    if let Some(a) = m.annotations.as_mut() {
+        // The last-applied annotation is a copy of the whole object.
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(spec) = p.spec.as_mut() {
+        spec.volumes = None;
+        spec.affinity = None;
+        spec.tolerations = None;
+        spec.topology_spread_constraints = None;
+        for c in spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten())
+        {
+            c.env = None;
+            c.env_from = None;
+            c.command = None;
+            c.args = None;
+            c.volume_mounts = None;
+            c.liveness_probe = None;
+            c.readiness_probe = None;
+            c.startup_probe = None;
+            c.lifecycle = None;
+            c.ports = None;
+            c.security_context = None;
+            c.image = None;
+        }
+    }
+    if let Some(st) = p.status.as_mut() {
+        st.pod_ips = None;
+        st.host_ips = None;
+        for cs in st
+            .container_statuses
+            .iter_mut()
+            .flatten()
+            .chain(st.init_container_statuses.iter_mut().flatten())
+        {
+            cs.image = String::new();
+            cs.image_id = String::new();
+            cs.last_state = None;
+            cs.volume_mounts = None;
+        }
+    }
+}
+
 async fn drain<S, T>(what: &'static str, stream: S)
 where
     S: futures::Stream<Item = Result<watcher::Event<T>, watcher::Error>>,
@@ -101,5 +156,52 @@ where
         if let Err(e) = ev {
             tracing::warn!(watch = what, error = %e, "watch error; retrying with backoff");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PodView;
+
+    #[test]
+    fn slim_pod_keeps_everything_the_view_reads() {
+        let mut p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 2, "resourceVersion": "7",
+                "labels": {"app": "x"}, "annotations": {"headroom.dev/managed": "true",
+                "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"nodeName": "n", "volumes": [{"name": "v", "emptyDir": {}}],
+                "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always",
+                    "resources": {"limits": {"cpu": "100m"}}}],
+                "containers": [{"name": "c", "image": "i", "env": [{"name": "A", "value": "B"}],
+                    "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
+                    "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}}]},
+            "status": {"phase": "Running", "qosClass": "Burstable", "podIPs": [{"ip": "10.0.0.1"}],
+                "containerStatuses": [{"name": "c", "image": "i", "imageID": "sha", "ready": true, "restartCount": 0,
+                    "containerID": "containerd://abc", "state": {"running": {}},
+                    "resources": {"limits": {"cpu": "200m"}}}]}
+        }))
+        .unwrap();
+        let mut before = PodView::try_from(&p).unwrap();
+        slim_pod(&mut p);
+        before
+            .annotations
+            .remove("kubectl.kubernetes.io/last-applied-configuration");
+        assert_eq!(
+            PodView::try_from(&p).unwrap(),
+            before,
+            "only the last-applied copy is dropped"
+        );
+        assert!(p.metadata.managed_fields.is_none() && p.metadata.labels.is_none());
+        assert!(p.spec.as_ref().unwrap().containers[0].env.is_none());
+        assert!(!before.annotations.is_empty());
+        assert!(
+            !p.metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .contains_key("kubectl.kubernetes.io/last-applied-configuration")
+        );
     }
 }
