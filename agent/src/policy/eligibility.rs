@@ -83,6 +83,15 @@ impl Unmanaged {
     ];
 
     /// Stable snake_case name (metrics label, JSON).
+    /// Left alone only until the kubelet finishes a resize: the pod is
+    /// otherwise managed (opted in, Running, Burstable).
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Unmanaged::ResizePending | Unmanaged::ResizeInProgress | Unmanaged::ResizeUnobserved
+        )
+    }
+
     pub fn reason(self) -> &'static str {
         match self {
             Unmanaged::OtherNode => "other_node",

@@ -233,10 +233,21 @@ pub fn decide(
         decisions.push(d);
     }
 
+    // Pods held only while a resize is in flight stay in the slack
+    // accounting as managed: moving their burst into "other" usage for those
+    // ticks would shrink everyone's slack and make the node oscillate.
     let usages: Vec<slack::ManagedUsage> = managed
         .iter()
-        .map(|m| {
-            let p = &pods[m.index];
+        .map(|m| m.index)
+        .chain(
+            decisions
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.reason.is_some_and(Unmanaged::is_transient))
+                .map(|(i, _)| i),
+        )
+        .map(|i| {
+            let p = &pods[i];
             slack::ManagedUsage {
                 usage_m: p.usage_m,
                 request_m: p.pod.cpu_request(),

@@ -492,6 +492,34 @@ fn input(p: &PodView, usage_m: Millis) -> PodInput<'_> {
 }
 
 #[test]
+fn a_pod_in_a_resize_keeps_its_own_burst_out_of_other_usage() {
+    let cfg = PolicyConfig::default();
+    let a = simple("a", 100, Some(200));
+    let mut busy = simple("busy", 200, Some(800));
+    // busy uses 700m: 500m above its request.
+    let round = |busy: &PodView| {
+        let (n, _) = decide(
+            &node(4000, 700, 0.0),
+            &[input(&a, 0), input(busy, 700)],
+            &cfg,
+        );
+        n.raw_slack_m
+    };
+    let managed = round(&busy);
+    busy.resize.in_progress = Some(String::new());
+    let in_flight = round(&busy);
+    assert_eq!(
+        in_flight, managed,
+        "slack must not drop while busy's resize is in flight"
+    );
+    // A pod that is really unmanaged (opted out) counts in full.
+    busy.resize.in_progress = None;
+    busy.annotations
+        .insert(crate::model::ANN_MANAGED.into(), "false".into());
+    assert_eq!(round(&busy), managed - 500);
+}
+
+#[test]
 fn idle_node_gives_ceilings() {
     let a = simple("a", 100, Some(200));
     let b = simple("b", 250, Some(300));

@@ -72,7 +72,8 @@ pub struct Agent {
     index: Option<NodeSnapshot>,
     index_uids: HashSet<String>,
     last_full: Option<Duration>,
-    /// Pods managed in the last round (their cpu.stat is read every tick).
+    /// Pods managed in the last round, or held by an in-flight resize (their
+    /// cpu.stat is read every tick).
     managed: HashSet<String>,
     last_audit: Option<Duration>,
     audit_requested: bool,
@@ -262,7 +263,7 @@ impl Agent {
         self.managed = round
             .decisions
             .iter()
-            .filter(|d| d.managed)
+            .filter(|d| d.managed || d.reason.is_some_and(Unmanaged::is_transient))
             .map(|d| d.uid.clone())
             .collect();
         let outcome = crate::policy::plan(
