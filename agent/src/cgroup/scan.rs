@@ -84,7 +84,7 @@ pub fn rescan(
     root: &Path,
     index: &NodeSnapshot,
     at_us: u64,
-    depth: impl Fn(&str) -> Depth,
+    depth: impl Fn(&PodCgroup) -> Depth,
 ) -> Result<NodeSnapshot, ScanError> {
     let mut r = Reader {
         path: root.join(&index.layout.kubepods),
@@ -94,7 +94,7 @@ pub fn rescan(
     let kubepods = r.sample().map_err(ScanError::Kubepods)?;
     let mut pods = Vec::new();
     for p in &index.pods {
-        let d = depth(&p.uid);
+        let d = depth(p);
         if d == Depth::Skip {
             continue;
         }
@@ -348,8 +348,8 @@ mod tests {
         )
         .unwrap();
         fs::write(gdir.join("cpu.max"), "70000 100000\n").unwrap();
-        let light = rescan(t.path(), &full, 5, |uid| {
-            if uid == g.uid {
+        let light = rescan(t.path(), &full, 5, |p| {
+            if p.uid == g.uid {
                 Depth::Stat
             } else {
                 Depth::Skip
@@ -380,8 +380,8 @@ mod tests {
             "cpu.max re-read at Full depth"
         );
         fs::remove_dir_all(&gdir).unwrap();
-        let gone = rescan(t.path(), &full, 7, |uid| {
-            if uid == g.uid {
+        let gone = rescan(t.path(), &full, 7, |p| {
+            if p.uid == g.uid {
                 Depth::Stat
             } else {
                 Depth::Skip

@@ -23,7 +23,7 @@ use crate::kube::patch::{ContainerLimit, LimitChange};
 use crate::kube::resize;
 use crate::kube::watch::Caches;
 use crate::metrics::{self, Metrics, PatchErrorClass, ResizeResult};
-use crate::model::{ContainerKind, Millis, PodView};
+use crate::model::{ContainerKind, Millis, PodView, Qos};
 use crate::policy::{Direction, PatchKind, PatchPlan, PolicyConfig, TokenBucket, Unmanaged};
 use crate::slack::{self, CapacityInputs, NodeSlack};
 use crate::verify::{self, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker};
@@ -72,9 +72,6 @@ pub struct Agent {
     index: Option<NodeSnapshot>,
     index_uids: HashSet<String>,
     last_full: Option<Duration>,
-    /// Pods managed in the last round, or held by an in-flight resize (their
-    /// cpu.stat is read every tick).
-    managed: HashSet<String>,
     last_audit: Option<Duration>,
     audit_requested: bool,
     pod_level_supported: Option<bool>,
@@ -113,7 +110,6 @@ impl Agent {
             index: None,
             index_uids: HashSet::new(),
             last_full: None,
-            managed: HashSet::new(),
             last_audit: None,
             audit_requested: true,
             pod_level_supported: None,
@@ -203,10 +199,14 @@ impl Agent {
         let at_us = now.as_micros() as u64;
         let root = &self.settings.cgroup_root;
         let scanned = match (&self.index, full) {
-            (Some(index), false) => cgroup::rescan(root, index, at_us, |uid| {
-                if self.inflight_dir.contains_key(uid) {
+            // Every Burstable pod's usage is read each tick, not only the
+            // managed ones': a pod that turns managed (or leaves a resize)
+            // with no usage yet would count its burst as other pods' usage
+            // for a tick and make the slack jump.
+            (Some(index), false) => cgroup::rescan(root, index, at_us, |p| {
+                if self.inflight_dir.contains_key(&p.uid) {
                     Depth::Full
-                } else if self.managed.contains(uid) {
+                } else if p.qos == Qos::Burstable {
                     Depth::Stat
                 } else {
                     Depth::Skip
@@ -260,12 +260,6 @@ impl Agent {
             self.pod_level_supported,
             &self.settings.policy,
         );
-        self.managed = round
-            .decisions
-            .iter()
-            .filter(|d| d.managed || d.reason.is_some_and(Unmanaged::is_transient))
-            .map(|d| d.uid.clone())
-            .collect();
         let outcome = crate::policy::plan(
             &round.node,
             &round.decisions,
