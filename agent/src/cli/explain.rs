@@ -54,18 +54,8 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     let Some((ns, name)) = a.pod.split_once('/') else {
         bail!("expected NAMESPACE/POD, got {:?}", a.pod);
     };
-    let policy = {
-        let mut cfg = headroom::policy::PolicyConfig::default();
-        if let Some(p) = &a.config {
-            let text = std::fs::read_to_string(p)?;
-            cfg = if p.extension().is_some_and(|e| e == "json") {
-                serde_json::from_str(&text)?
-            } else {
-                toml::from_str(&text)?
-            };
-        }
-        cfg
-    };
+    let policy = super::run::load_policy_file(a.config.as_ref())?;
+    policy.validate()?;
     let client = super::run::client(a.kubeconfig.as_ref()).await?;
     let pod = Api::<Pod>::namespaced(client.clone(), ns)
         .get(name)

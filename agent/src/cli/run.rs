@@ -73,20 +73,24 @@ pub struct Args {
     pub pressure_full: Option<f64>,
 }
 
+/// The policy config file (TOML, or JSON when it ends in `.json`), or the
+/// defaults without one. Shared by `run` and `explain`.
+pub fn load_policy_file(path: Option<&PathBuf>) -> anyhow::Result<PolicyConfig> {
+    let Some(p) = path else {
+        return Ok(PolicyConfig::default());
+    };
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+    let cfg = if p.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
+    } else {
+        toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
+    };
+    Ok(cfg)
+}
+
 /// The policy config: file, then flags.
 pub fn policy_config(a: &Args) -> anyhow::Result<PolicyConfig> {
-    let mut cfg = match &a.config {
-        None => PolicyConfig::default(),
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            if p.extension().is_some_and(|e| e == "json") {
-                serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
-            } else {
-                toml::from_str(&text).with_context(|| format!("parsing {}", p.display()))?
-            }
-        }
-    };
+    let mut cfg = load_policy_file(a.config.as_ref())?;
     if let Some(v) = a.reserve {
         cfg.reserve_m = v;
     }
@@ -247,5 +251,37 @@ async fn shutdown_signal() {
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_file_in_toml_or_json_and_typos_are_errors() {
+        let d = tempfile::tempdir().unwrap();
+        let toml_path = d.path().join("p.toml");
+        std::fs::write(&toml_path, "reserve_m = 250\nceiling_factor = 2.5\n").unwrap();
+        let cfg = load_policy_file(Some(&toml_path)).unwrap();
+        assert_eq!((cfg.reserve_m, cfg.ceiling_factor), (250, 2.5));
+        assert_eq!(
+            cfg.quantum_m,
+            PolicyConfig::default().quantum_m,
+            "unnamed keys keep defaults"
+        );
+        let json_path = d.path().join("p.json");
+        std::fs::write(&json_path, r#"{"raise_cooldown_s": 5}"#).unwrap();
+        assert_eq!(
+            load_policy_file(Some(&json_path)).unwrap().raise_cooldown_s,
+            5.0
+        );
+        let typo = d.path().join("typo.toml");
+        std::fs::write(&typo, "reserv_m = 1\n").unwrap();
+        assert!(
+            load_policy_file(Some(&typo)).is_err(),
+            "an unknown key must not fall back to a default"
+        );
+        assert_eq!(load_policy_file(None).unwrap(), PolicyConfig::default());
     }
 }
