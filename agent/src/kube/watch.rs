@@ -3,6 +3,7 @@
 //! pods), its own Node (allocatable CPU), and the namespaces that opted in
 //! (label selector, so no namespace outside the opt-in is ever cached).
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -31,9 +32,14 @@ impl Caches {
         quantity::cpu_millis(&q.0).ok()
     }
 
-    /// Whether a namespace carries the opt-in label.
-    pub fn namespace_opted_in(&self, ns: &str) -> bool {
-        self.namespaces.state().iter().any(|n| n.name_any() == ns)
+    /// Names of the namespaces that carry the opt-in label (the watch is
+    /// label-selected, so every cached namespace opted in).
+    pub fn opted_in_namespaces(&self) -> HashSet<String> {
+        self.namespaces
+            .state()
+            .iter()
+            .map(|n| n.name_any())
+            .collect()
     }
 
     pub fn pods(&self) -> Vec<Arc<Pod>> {

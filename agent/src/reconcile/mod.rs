@@ -246,11 +246,7 @@ impl Agent {
         drop(prev);
 
         let t_decide = Instant::now();
-        let opted: HashSet<String> = views
-            .iter()
-            .map(|v| v.namespace.clone())
-            .filter(|ns| self.caches.namespace_opted_in(ns))
-            .collect();
+        let opted = self.caches.opted_in_namespaces();
         let round = observe_round(
             &self.settings.node_name,
             &views,
