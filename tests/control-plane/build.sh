@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Builds the real control plane used by the integration tests — etcd and
-# kube-apiserver — from the Go module proxy into a cache directory.
+# kube-apiserver — from the Go module proxy into a cache directory, and the
+# pieces of a full cluster the real-node tier runs (kube-controller-manager,
+# kube-scheduler, and the kubelet that runs inside the node VMs).
 # A no-op for every binary that is already there.
 #
-#   tests/control-plane/build.sh            # etcd + kube-apiserver v1.37.2
+#   tests/control-plane/build.sh            # everything, v1.37.2
+#   HEADROOM_SKIP_NODE_BINARIES=1 tests/control-plane/build.sh   # etcd + apiserver only
 #   HEADROOM_EXTRA_APISERVERS=v1.35.4 tests/control-plane/build.sh
 #
 # Cache: $HEADROOM_CACHE_DIR (default: <repo>/.cache), layout
 #   $HEADROOM_CACHE_DIR/bin/etcd-v3.6.16
 #   $HEADROOM_CACHE_DIR/bin/kube-apiserver-v1.37.2
+#   $HEADROOM_CACHE_DIR/bin/{kubelet,kube-controller-manager,kube-scheduler}-v1.37.2
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -62,6 +66,41 @@ build_apiserver() {
   log "kube-apiserver $kver: built ($(du -h "$out" | cut -f1))"
 }
 
+# kubelet, kube-controller-manager and kube-scheduler: the upstream mains
+# (k8s.io/kubernetes/cmd/...) built straight from the module, in one module so
+# they share one resolution and the build cache the apiserver already filled.
+build_node_components() {
+  local kver=$1 cmds=(kubelet kube-controller-manager kube-scheduler) missing=()
+  for c in "${cmds[@]}"; do [ -x "$cache/bin/$c-$kver" ] || missing+=("$c"); done
+  if [ ${#missing[@]} -eq 0 ]; then log "kubelet, controller-manager, scheduler $kver: cached"; return; fi
+  local work="$cache/src/kube-node-$kver"
+  rm -rf "$work" && mkdir -p "$work"
+  (
+    cd "$work"
+    go mod init headroom.test/kube-node >/dev/null 2>&1
+    { echo; echo "require k8s.io/kubernetes $kver"; replace_lines "$kver"; } >> go.mod
+    # Keeps the commands' modules in go.mod through `go mod tidy`; never compiled.
+    { echo '//go:build tools'; echo; echo 'package tools'; echo; echo 'import ('
+      for c in "${missing[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
+      echo ')'; } > tools.go
+    log "${missing[*]} $kver: resolving modules"
+    go mod tidy >/dev/null
+    local major=${kver#v}; major=${major%%.*}
+    local minor=${kver#v*.}; minor=${minor%%.*}
+    local pkg=k8s.io/component-base/version
+    mkdir -p out
+    log "${missing[*]} $kver: building"
+    local pkgs=()
+    for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+    go build -trimpath -o out/ -ldflags "-s -w \
+      -X $pkg.gitVersion=$kver -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor \
+      -X $pkg.gitTreeState=clean \
+      -X k8s.io/client-go/pkg/version.gitVersion=$kver" "${pkgs[@]}"
+    for c in "${missing[@]}"; do mv "out/$c" "$cache/bin/$c-$kver"; done
+  )
+  log "${missing[*]} $kver: built"
+}
+
 build_etcd() {
   local ever=$1 out="$cache/bin/etcd-$1"
   if [ -x "$out" ]; then log "etcd $ever: cached ($out)"; return; fi
@@ -85,4 +124,5 @@ start=$(date +%s)
 build_etcd "$etcd_version"
 build_apiserver "$apiserver_version"
 for v in $extra; do build_apiserver "$v"; done
+[ -n "${HEADROOM_SKIP_NODE_BINARIES:-}" ] || build_node_components "$apiserver_version"
 log "done in $(( $(date +%s) - start ))s; binaries in $cache/bin"

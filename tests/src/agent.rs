@@ -163,32 +163,7 @@ impl AgentProcess {
 
     /// `GET path` on the metrics port: (status, body).
     pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).await?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await?;
-        let text = String::from_utf8_lossy(&buf).to_string();
-        let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .context("no status code")?;
-        // The server may answer chunked; undo it for the parser.
-        let body = if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            dechunk(body)
-        } else {
-            body.to_string()
-        };
-        Ok((code, body))
+        http_get(self.metrics_port, path).await
     }
 
     /// `/metrics` text.
@@ -241,6 +216,35 @@ impl Drop for AgentProcess {
             let _ = c.wait();
         }
     }
+}
+
+/// `GET path` on `127.0.0.1:port`: (status, body), chunked bodies undone.
+pub async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").context("no HTTP header end")?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no status code")?;
+    // The server may answer chunked; undo it for the parser.
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((code, body))
 }
 
 fn dechunk(body: &str) -> String {

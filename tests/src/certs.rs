@@ -23,6 +23,8 @@ pub struct Pki {
     pub sa_key_pem: String,
     /// Its public key (PKIX), what the apiserver verifies tokens with.
     pub sa_pub_pem: String,
+    /// The CA's key, kept to sign more client certificates (kubelets).
+    ca_key_pem: String,
 }
 
 /// Paths of the files written by [`Pki::write_to`].
@@ -41,24 +43,63 @@ pub struct PkiFiles {
 pub const ADMIN_CN: &str = "headroom-admin";
 pub const ADMIN_GROUP: &str = "system:masters";
 
+/// Address at which node VMs reach the apiserver (a QEMU guest forward, see
+/// `node_vm`): the serving certificate must name it.
+pub const GUEST_APISERVER_IP: &str = "10.0.2.100";
+
+fn ca_params() -> anyhow::Result<CertificateParams> {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "headroom-test-ca");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok(ca_params)
+}
+
+/// A client certificate for `cn` in `orgs` (RBAC groups), signed by `issuer`.
+fn client_cert(
+    issuer: &Issuer<'_, KeyPair>,
+    cn: &str,
+    orgs: &[&str],
+) -> anyhow::Result<(String, String)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.distinguished_name.push(DnType::CommonName, cn);
+    for org in orgs {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, *org);
+    }
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    let cert = params.signed_by(&key, issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 impl Pki {
+    /// Signs a client certificate (PEM cert, PEM key) for `cn` in the groups
+    /// `orgs`, e.g. `system:node:<name>` in `system:nodes` for a kubelet.
+    pub fn sign_client(&self, cn: &str, orgs: &[&str]) -> anyhow::Result<(String, String)> {
+        let ca_key = KeyPair::from_pem(&self.ca_key_pem)?;
+        let issuer = Issuer::new(ca_params()?, ca_key);
+        client_cert(&issuer, cn, orgs)
+    }
+
     pub fn generate() -> anyhow::Result<Self> {
         let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "headroom-test-ca");
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        let ca_params = ca_params()?;
         let ca_cert = ca_params.self_signed(&ca_key)?;
-        let issuer = Issuer::new(ca_params, &ca_key);
+        let ca_key_pem = ca_key.serialize_pem();
+        let issuer = Issuer::new(ca_params, ca_key);
 
         let serving_key = KeyPair::generate()?;
         let mut serving = CertificateParams::new(vec![
+            GUEST_APISERVER_IP.to_string(),
             "127.0.0.1".to_string(),
             "localhost".to_string(),
             "10.96.0.1".to_string(),
@@ -73,15 +114,7 @@ impl Pki {
         serving.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         let serving_cert = serving.signed_by(&serving_key, &issuer)?;
 
-        let admin_key = KeyPair::generate()?;
-        let mut admin = CertificateParams::new(Vec::<String>::new())?;
-        admin.distinguished_name.push(DnType::CommonName, ADMIN_CN);
-        admin
-            .distinguished_name
-            .push(DnType::OrganizationName, ADMIN_GROUP);
-        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        admin.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        let admin_cert = admin.signed_by(&admin_key, &issuer)?;
+        let (admin_cert_pem, admin_key_pem) = client_cert(&issuer, ADMIN_CN, &[ADMIN_GROUP])?;
 
         let sa_key = KeyPair::generate()?;
 
@@ -90,10 +123,11 @@ impl Pki {
             ca_der: ca_cert.der().to_vec(),
             serving_cert_pem: serving_cert.pem(),
             serving_key_pem: serving_key.serialize_pem(),
-            admin_cert_pem: admin_cert.pem(),
-            admin_key_pem: admin_key.serialize_pem(),
+            admin_cert_pem,
+            admin_key_pem,
             sa_key_pem: sa_key.serialize_pem(),
             sa_pub_pem: sa_key.public_key_pem(),
+            ca_key_pem,
         })
     }
 

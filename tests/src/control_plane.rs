@@ -48,6 +48,11 @@ pub struct ControlPlaneOptions {
     pub apiserver_version: String,
     /// Appended to the kube-apiserver command line (later flags win).
     pub extra_args: Vec<String>,
+    /// A full cluster for real kubelets: the Node authorizer and
+    /// NodeRestriction admission (kubelets authenticate as `system:node:<n>`),
+    /// plus kube-controller-manager and kube-scheduler, so ServiceAccounts,
+    /// the root-CA ConfigMap, DaemonSets and scheduling work as on a real cluster.
+    pub full_cluster: bool,
 }
 
 impl Default for ControlPlaneOptions {
@@ -57,6 +62,7 @@ impl Default for ControlPlaneOptions {
             apiserver_version: std::env::var("HEADROOM_APISERVER_VERSION")
                 .unwrap_or_else(|_| DEFAULT_APISERVER_VERSION.to_string()),
             extra_args: Vec::new(),
+            full_cluster: false,
         }
     }
 }
@@ -79,6 +85,9 @@ pub struct ControlPlane {
     ca_pem: String,
     ca_der: Vec<u8>,
     children: Mutex<Vec<Child>>,
+    /// Every child's pid, apiserver-side first (the order they are killed in).
+    pids: Vec<u32>,
+    pki: Pki,
     etcd_pid: u32,
     apiserver_pid: u32,
     etcd_log: PathBuf,
@@ -339,13 +348,20 @@ impl ControlPlane {
                 "--service-account-signing-key-file={}",
                 files.sa_key.display()
             ),
-            "--authorization-mode=RBAC".into(),
+            if opts.full_cluster {
+                "--authorization-mode=Node,RBAC".into()
+            } else {
+                "--authorization-mode=RBAC".into()
+            },
             "--service-cluster-ip-range=10.96.0.0/16".into(),
             "--profiling=false".into(),
             // The default lease reconciler refuses a loopback advertise address,
             // and nothing here routes Service traffic anyway.
             "--endpoint-reconciler-type=none".into(),
         ];
+        if opts.full_cluster {
+            api_args.push("--enable-admission-plugins=NodeRestriction".into());
+        }
         if !opts.feature_gates.is_empty() {
             let gates: Vec<String> = opts
                 .feature_gates
@@ -404,15 +420,25 @@ impl ControlPlane {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let ready_after = started.elapsed();
+        if opts.full_cluster {
+            match start_controllers(&dir, &files, &kubeconfig, &opts.apiserver_version) {
+                Ok(children) => guard.0.extend(children),
+                Err(e) => return Err(fail(e, tmp)),
+            }
+        }
+        let mut pids: Vec<u32> = guard.0.iter().map(Child::id).collect();
+        pids.reverse();
 
         Ok(ControlPlane {
+            pids,
             tmp: Some(tmp),
             dir,
             base_url,
             kubeconfig,
             config,
-            ca_pem: pki.ca_pem,
-            ca_der: pki.ca_der,
+            ca_pem: pki.ca_pem.clone(),
+            ca_der: pki.ca_der.clone(),
+            pki,
             children: Mutex::new(std::mem::take(&mut guard.0)),
             etcd_pid,
             apiserver_pid,
@@ -481,10 +507,27 @@ impl ControlPlane {
         if keep {
             let _ = std::fs::remove_file(self.dir.join(OWNER_FILE));
         }
-        kill_at_exit(
-            vec![self.apiserver_pid, self.etcd_pid],
-            if keep { None } else { dir },
-        );
+        kill_at_exit(self.pids.clone(), if keep { None } else { dir });
+    }
+
+    /// A client certificate (PEM cert, PEM key) signed by this cluster's CA,
+    /// for `cn` in the groups `orgs`.
+    pub fn client_cert(&self, cn: &str, orgs: &[&str]) -> anyhow::Result<(String, String)> {
+        self.pki.sign_client(cn, orgs)
+    }
+
+    /// Every process of this control plane (controllers, apiserver, etcd).
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// The apiserver's loopback port.
+    pub fn port(&self) -> u16 {
+        self.base_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("base_url ends in a port")
     }
 
     /// A fresh admin client (cluster-admin via `system:masters`). Build one
@@ -657,6 +700,60 @@ impl ControlPlane {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// kube-controller-manager and kube-scheduler on loopback, as admin (the
+/// test cluster has no separate controller identities to care about).
+fn start_controllers(
+    dir: &Path,
+    files: &crate::certs::PkiFiles,
+    kubeconfig: &Path,
+    version: &str,
+) -> anyhow::Result<Vec<Child>> {
+    let kcm = binary("kube-controller-manager", version)?;
+    let sched = binary("kube-scheduler", version)?;
+    let ports = free_ports(2)?;
+    let kc = kubeconfig.display().to_string();
+    let kcm_args: Vec<String> = vec![
+        format!("--kubeconfig={kc}"),
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", ports[0]),
+        format!("--cert-dir={}", dir.join("kcm-certs").display()),
+        format!(
+            "--service-account-private-key-file={}",
+            files.sa_key.display()
+        ),
+        format!("--root-ca-file={}", files.ca.display()),
+        "--use-service-account-credentials=false".into(),
+        "--leader-elect=false".into(),
+        // Pod CIDRs are the node VMs' own (their CNI config), not allocated.
+        "--allocate-node-cidrs=false".into(),
+        "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route".into(),
+        "--profiling=false".into(),
+    ];
+    let sched_args: Vec<String> = vec![
+        format!("--kubeconfig={kc}"),
+        format!("--authentication-kubeconfig={kc}"),
+        format!("--authorization-kubeconfig={kc}"),
+        "--bind-address=127.0.0.1".into(),
+        format!("--secure-port={}", ports[1]),
+        format!("--cert-dir={}", dir.join("scheduler-certs").display()),
+        "--leader-elect=false".into(),
+        "--profiling=false".into(),
+    ];
+    let mut children = vec![spawn_logged(
+        &kcm,
+        &kcm_args,
+        &dir.join("kube-controller-manager.log"),
+    )?];
+    children.push(spawn_logged(
+        &sched,
+        &sched_args,
+        &dir.join("kube-scheduler.log"),
+    )?);
+    Ok(children)
 }
 
 impl Drop for ControlPlane {

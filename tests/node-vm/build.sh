@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Everything the real-node tier needs, built once and cached:
+#   - Debian packages on the host: qemu (TCG), debootstrap, e2fsprogs, socat, ssh
+#   - kubelet/kube-controller-manager/kube-scheduler (tests/control-plane/build.sh)
+#   - the images pods run (pause, busybox), packed without Docker
+#   - the VM image (build-rootfs.sh)
+# The host-side share every node mounts read-only at /mnt/host:
+#   $HEADROOM_CACHE_DIR/node-vm/share/{bin/kubelet,images/*.tar}
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${HEADROOM_CACHE_DIR:-$repo/.cache}
+kver=${HEADROOM_APISERVER_VERSION:-v1.37.2}
+log() { printf 'node-vm: %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    log "need root to run: $*"; exit 1
+  fi
+}
+
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v qemu-img >/dev/null || need+=(qemu-utils)
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+command -v socat >/dev/null || need+=(socat)
+command -v ssh >/dev/null || need+=(openssh-client)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null \
+    || { as_root apt-get update -q >/dev/null && as_root apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null; }
+fi
+
+start=$(date +%s)
+# debootstrap is network and disk, the Go build CPU: run them side by side.
+rootfs_log=$(mktemp)
+bash "$here/build-rootfs.sh" > "$rootfs_log" 2>&1 &
+rootfs_pid=$!
+bash "$repo/tests/control-plane/build.sh"
+
+share=$cache/node-vm/share
+mkdir -p "$share/bin" "$share/images"
+ln -f "$cache/bin/kubelet-$kver" "$share/bin/kubelet"
+
+# Images: pause (static C) and busybox-static from Debian (for workloads).
+imgkey=$(cat "$here/images/"* | sha256sum | cut -c1-12)
+if [ ! -f "$share/images/.key-$imgkey" ]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  gcc -static -Os -s -o "$tmp/pause" "$here/images/pause.c"
+  (cd "$tmp" && apt-get download busybox-static >/dev/null 2>&1) \
+    || (cd "$tmp" && as_root apt-get update -q >/dev/null && apt-get download busybox-static >/dev/null)
+  dpkg-deb -x "$tmp"/busybox-static_*.deb "$tmp/bb"
+  rm -f "$share/images/"*.tar "$share/images/".key-*
+  python3 "$here/images/mkimage.py" --name headroom.local/pause:1 --out "$share/images/pause.tar" \
+    --entrypoint '["/pause"]' --file "$tmp/pause:/pause:0755"
+  python3 "$here/images/mkimage.py" --name headroom.local/busybox:1 --out "$share/images/busybox.tar" \
+    --entrypoint '["/bin/sh"]' --file "$tmp/bb/bin/busybox:/bin/busybox:0755" \
+    --link /bin/sh=busybox --link /bin/sleep=busybox --link /bin/cat=busybox
+  touch "$share/images/.key-$imgkey"
+fi
+
+if ! wait "$rootfs_pid"; then cat "$rootfs_log" >&2; rm -f "$rootfs_log"; exit 1; fi
+grep -v '^/' "$rootfs_log" >&2 || true
+rm -f "$rootfs_log"
+log "ready in $(( $(date +%s) - start ))s (share $share)"

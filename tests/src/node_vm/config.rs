@@ -1,0 +1,235 @@
+//! The files that make a VM a node, as plain text: kubelet config, containerd
+//! config, CNI config, kubeconfig, node.env. Pure functions, so what a node is
+//! given can be read and unit-tested without booting anything.
+
+use crate::certs::GUEST_APISERVER_IP;
+
+/// Port the guest connects to at [`GUEST_APISERVER_IP`]; QEMU forwards it to
+/// the apiserver on the host's loopback.
+pub const GUEST_APISERVER_PORT: u16 = 6443;
+
+/// How the kubelet and the runtime lay out cgroups on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CgroupDriver {
+    Systemd,
+    Cgroupfs,
+}
+
+impl CgroupDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Systemd => "systemd",
+            CgroupDriver::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
+/// One node VM.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub name: String,
+    pub driver: CgroupDriver,
+    /// kubelet `cgroupRoot`, e.g. `/kubelet` as on kind nodes; `None` = `/`.
+    pub cgroup_root: Option<String>,
+    /// This node's pod subnet (bridge CNI with host-local IPAM).
+    pub pod_cidr: String,
+    pub cpus: u32,
+    pub memory_mib: u32,
+    /// kubelet `--v`.
+    pub kubelet_verbosity: u8,
+}
+
+impl NodeSpec {
+    /// systemd driver under a `/kubelet` cgroupRoot, the layout of kind nodes.
+    pub fn kind_like(name: &str, index: u8) -> NodeSpec {
+        NodeSpec {
+            name: name.to_string(),
+            driver: CgroupDriver::Systemd,
+            cgroup_root: Some("/kubelet".to_string()),
+            pod_cidr: format!("10.244.{index}.0/24"),
+            cpus: 2,
+            memory_mib: 2560,
+            kubelet_verbosity: 2,
+        }
+    }
+
+    /// cgroupfs driver, no cgroupRoot: `/sys/fs/cgroup/kubepods/...`.
+    pub fn cgroupfs(name: &str, index: u8) -> NodeSpec {
+        NodeSpec {
+            driver: CgroupDriver::Cgroupfs,
+            cgroup_root: None,
+            ..NodeSpec::kind_like(name, index)
+        }
+    }
+
+    /// Path of the node-allocatable cgroup (`kubepods`) under /sys/fs/cgroup.
+    pub fn kubepods_dir(&self) -> String {
+        let root = self
+            .cgroup_root
+            .as_deref()
+            .unwrap_or("/")
+            .trim_matches('/')
+            .to_string();
+        match (self.driver, root.is_empty()) {
+            (CgroupDriver::Cgroupfs, true) => "kubepods".into(),
+            (CgroupDriver::Cgroupfs, false) => format!("{root}/kubepods"),
+            (CgroupDriver::Systemd, true) => "kubepods.slice".into(),
+            // Every systemd ancestor is expanded: /kubelet → kubelet.slice/kubelet-kubepods.slice.
+            (CgroupDriver::Systemd, false) => format!("{root}.slice/{root}-kubepods.slice"),
+        }
+    }
+}
+
+pub fn kubelet_config(spec: &NodeSpec) -> String {
+    let cgroup_root = spec
+        .cgroup_root
+        .as_deref()
+        .map(|r| format!("cgroupRoot: {r}\n"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: {driver}
+{cgroup_root}containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: /etc/kubernetes/ca.crt
+authorization:
+  mode: Webhook
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+clusterDomain: cluster.local
+clusterDNS: [10.96.0.10]
+maxPods: 110
+serializeImagePulls: false
+nodeStatusUpdateFrequency: 10s
+# A small throwaway disk: never evict or garbage-collect images for space.
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+",
+        driver = spec.driver.as_str(),
+    )
+}
+
+pub fn containerd_config(spec: &NodeSpec) -> String {
+    format!(
+        r#"version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "headroom.local/pause:1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = {systemd}
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+"#,
+        systemd = spec.driver == CgroupDriver::Systemd,
+    )
+}
+
+pub fn cni_config(spec: &NodeSpec) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "headroom",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": "cni0",
+                "isGateway": true,
+                "ipMasq": false,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": spec.pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}]
+                }
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}}
+        ]
+    })
+    .to_string()
+}
+
+/// A kubeconfig for processes in the guest (kubelet, agent), with files
+/// under /etc/kubernetes.
+pub fn guest_kubeconfig(user: &str, cert: &str, key: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: headroom
+  cluster:
+    server: https://{GUEST_APISERVER_IP}:{GUEST_APISERVER_PORT}
+    certificate-authority: /etc/kubernetes/ca.crt
+users:
+- name: {user}
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: headroom
+  context:
+    cluster: headroom
+    user: {user}
+current-context: headroom
+"
+    )
+}
+
+/// The systemd slice of a cgroupRoot under the systemd driver (`/kubelet` →
+/// `kubelet.slice`), which must exist before the kubelet starts.
+pub fn cgroup_root_slice(spec: &NodeSpec) -> Option<String> {
+    let root = spec.cgroup_root.as_deref()?.trim_matches('/');
+    (spec.driver == CgroupDriver::Systemd && !root.is_empty())
+        .then(|| format!("{}.slice", root.replace('/', "-")))
+}
+
+pub fn node_env(spec: &NodeSpec) -> String {
+    format!(
+        "NODE_NAME={}\nKUBELET_VERBOSITY={}\nKUBELET_SLICE={}\n",
+        spec.name,
+        spec.kubelet_verbosity,
+        cgroup_root_slice(spec).unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubepods_dir_expands_systemd_ancestors() {
+        assert_eq!(
+            NodeSpec::kind_like("a", 1).kubepods_dir(),
+            "kubelet.slice/kubelet-kubepods.slice"
+        );
+        assert_eq!(NodeSpec::cgroupfs("b", 2).kubepods_dir(), "kubepods");
+        let mut s = NodeSpec::kind_like("c", 3);
+        s.cgroup_root = None;
+        assert_eq!(s.kubepods_dir(), "kubepods.slice");
+    }
+
+    #[test]
+    fn driver_reaches_kubelet_and_runtime_alike() {
+        let a = NodeSpec::kind_like("a", 1);
+        assert!(kubelet_config(&a).contains("cgroupDriver: systemd\ncgroupRoot: /kubelet\n"));
+        assert!(containerd_config(&a).contains("SystemdCgroup = true"));
+        let b = NodeSpec::cgroupfs("b", 2);
+        assert!(kubelet_config(&b).contains("cgroupDriver: cgroupfs\ncontainerRuntimeEndpoint"));
+        assert!(containerd_config(&b).contains("SystemdCgroup = false"));
+        assert!(cni_config(&b).contains("10.244.2.0/24"));
+        assert!(node_env(&a).contains("KUBELET_SLICE=kubelet.slice\n"));
+        assert!(node_env(&b).contains("KUBELET_SLICE=\n"));
+    }
+}

@@ -1,0 +1,550 @@
+//! Real nodes: Debian VMs under QEMU (TCG) running a real kubelet v1.37,
+//! containerd and runc on a real Linux kernel with cgroup v2, joined to the
+//! test control plane on the host's loopback.
+//!
+//! - The control plane stays on the host (native speed, one for every node,
+//!   and the same harness as the other tiers); guests reach it through a
+//!   QEMU guest forward at `10.0.2.100:6443`. kube-controller-manager and
+//!   kube-scheduler run too ([`ControlPlaneOptions::full_cluster`]).
+//! - One image for every node (`tests/node-vm/build.sh`); each node's config
+//!   (kubelet config, driver, certificates) arrives at boot through a 9p share.
+//! - VMs are spawned with [`crate::process::spawn_guarded`]: they die with
+//!   the test binary however it ends.
+//!
+//! Environment: `HEADROOM_CACHE_DIR` as for the control plane,
+//! `HEADROOM_NODE_READY_TIMEOUT_SECS` (default 420), `HEADROOM_KEEP_VM_DIR=1`.
+
+pub mod config;
+pub mod guest;
+pub mod qemu;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+
+use crate::control_plane::{ControlPlane, ControlPlaneOptions, log_tail};
+use crate::process::{kill_at_exit, spawn_guarded};
+pub use config::{CgroupDriver, NodeSpec};
+pub use guest::{GuestAgent, PodCpuMax, container_ids};
+
+/// The agent's metrics port inside a guest, forwarded to a host port.
+pub const GUEST_AGENT_PORT: u16 = 9100;
+
+/// Built artifacts: the VM image and the read-only host share.
+#[derive(Clone, Debug)]
+pub struct Artifacts {
+    pub image_dir: PathBuf,
+    pub share_dir: PathBuf,
+}
+
+fn cache_dir() -> PathBuf {
+    crate::control_plane::bin_dir()
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".cache"))
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Why the real-node tier cannot run here, if it cannot: only a machine
+/// without qemu at all skips. Everything else is a failure.
+pub fn skip_reason() -> Option<String> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
+        .unwrap_or(false);
+    (!found).then(|| {
+        "qemu-system-x86_64 is not installed (tests/node-vm/build.sh installs it)".to_string()
+    })
+}
+
+impl Artifacts {
+    /// The artifacts `tests/node-vm/build.sh` made; an error says to run it.
+    pub fn locate() -> anyhow::Result<Artifacts> {
+        let root = cache_dir().join("node-vm");
+        let current = root.join("current");
+        let image_dir = std::fs::read_to_string(&current)
+            .map(|s| PathBuf::from(s.trim()))
+            .with_context(|| {
+                format!("{} missing: run tests/node-vm/build.sh", current.display())
+            })?;
+        let share_dir = root.join("share");
+        for f in [
+            image_dir.join("disk.img"),
+            image_dir.join("vmlinuz"),
+            image_dir.join("initrd.img"),
+            image_dir.join("id_ed25519"),
+            share_dir.join("bin/kubelet"),
+            share_dir.join("images/pause.tar"),
+        ] {
+            if !f.is_file() {
+                bail!("{} missing: run tests/node-vm/build.sh", f.display());
+            }
+        }
+        Ok(Artifacts {
+            image_dir,
+            share_dir,
+        })
+    }
+
+    pub fn ssh_key(&self) -> PathBuf {
+        self.image_dir.join("id_ed25519")
+    }
+}
+
+/// The static (musl) agent, built by `scripts/static-build.sh` (a no-op when fresh).
+pub fn static_agent_binary() -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let repo = repo_root();
+            let status = Command::new("bash")
+                .arg(repo.join("scripts/static-build.sh"))
+                .stdout(Stdio::null())
+                .status()
+                .map_err(|e| format!("running scripts/static-build.sh: {e}"))?;
+            if !status.success() {
+                return Err(format!("scripts/static-build.sh failed ({status})"));
+            }
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| repo.join("target"));
+            Ok(target.join("x86_64-unknown-linux-musl/release/headroom-agent"))
+        })
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// One booted node VM.
+pub struct NodeVm {
+    pub spec: NodeSpec,
+    dir: PathBuf,
+    qemu: Mutex<Option<Child>>,
+    qemu_pid: u32,
+    ssh_port: u16,
+    agent_port: u16,
+    ssh_key: PathBuf,
+    booted_at: Instant,
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+impl NodeVm {
+    /// Writes this node's config share and starts qemu. Does not wait.
+    pub fn boot(cp: &ControlPlane, spec: NodeSpec, art: &Artifacts) -> anyhow::Result<NodeVm> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("headroom-vm-{}-", spec.name))
+            .tempdir()?
+            .keep();
+        let share = dir.join("node");
+        let k8s = share.join("etc/kubernetes");
+        write(&share.join("node.env"), &config::node_env(&spec))?;
+        write(&k8s.join("ca.crt"), cp.ca_pem())?;
+        let (cert, key) =
+            cp.client_cert(&format!("system:node:{}", spec.name), &["system:nodes"])?;
+        write(&k8s.join("kubelet.crt"), &cert)?;
+        write(&k8s.join("kubelet.key"), &key)?;
+        write(
+            &k8s.join("kubelet.kubeconfig"),
+            &config::guest_kubeconfig(
+                &format!("system:node:{}", spec.name),
+                "/etc/kubernetes/kubelet.crt",
+                "/etc/kubernetes/kubelet.key",
+            ),
+        )?;
+        // The agent run as a process in the guest authenticates as admin;
+        // the DaemonSet install uses its own ServiceAccount instead.
+        let (cert, key) = cp.client_cert(crate::certs::ADMIN_CN, &[crate::certs::ADMIN_GROUP])?;
+        write(&k8s.join("admin.crt"), &cert)?;
+        write(&k8s.join("admin.key"), &key)?;
+        write(
+            &k8s.join("admin.kubeconfig"),
+            &config::guest_kubeconfig(
+                crate::certs::ADMIN_CN,
+                "/etc/kubernetes/admin.crt",
+                "/etc/kubernetes/admin.key",
+            ),
+        )?;
+        write(&k8s.join("kubelet.yaml"), &config::kubelet_config(&spec))?;
+        write(
+            &share.join("etc/containerd/config.toml"),
+            &config::containerd_config(&spec),
+        )?;
+        write(
+            &share.join("etc/cni/net.d/10-headroom.conflist"),
+            &config::cni_config(&spec),
+        )?;
+        std::fs::create_dir_all(share.join("bin"))?;
+        std::fs::create_dir_all(share.join("images"))?;
+
+        let ssh_port = free_port()?;
+        let agent_port = free_port()?;
+        let launch = qemu::VmLaunch {
+            name: spec.name.clone(),
+            cpus: spec.cpus,
+            memory_mib: spec.memory_mib,
+            kernel: art.image_dir.join("vmlinuz"),
+            initrd: art.image_dir.join("initrd.img"),
+            disk: art.image_dir.join("disk.img"),
+            host_share: art.share_dir.clone(),
+            node_share: share,
+            console_log: dir.join("console.log"),
+            host_forwards: vec![(ssh_port, 22), (agent_port, GUEST_AGENT_PORT)],
+            apiserver_port: cp.port(),
+        };
+        let log = std::fs::File::create(dir.join("qemu.log"))?;
+        let mut cmd = Command::new("qemu-system-x86_64");
+        cmd.args(launch.args())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log))
+            // qemu's snapshot overlay goes to TMPDIR: keep it with the VM.
+            .env("TMPDIR", &dir);
+        let child = spawn_guarded(cmd).context("spawning qemu-system-x86_64")?;
+        let qemu_pid = child.id();
+        Ok(NodeVm {
+            spec,
+            dir,
+            qemu: Mutex::new(Some(child)),
+            qemu_pid,
+            ssh_port,
+            agent_port,
+            ssh_key: art.ssh_key(),
+            booted_at: Instant::now(),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn qemu_pid(&self) -> u32 {
+        self.qemu_pid
+    }
+
+    /// Host directory shared read-only at /mnt/node in the guest: files put
+    /// here appear there (e.g. `bin/headroom-agent`).
+    pub fn share_dir(&self) -> PathBuf {
+        self.dir.join("node")
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Host loopback port forwarded to the agent's metrics port in the guest.
+    pub fn agent_port(&self) -> u16 {
+        self.agent_port
+    }
+
+    pub fn console_tail(&self, n: usize) -> String {
+        log_tail(&self.dir.join("console.log"), n)
+    }
+
+    fn ssh_command(&self, remote: &str) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new("ssh");
+        cmd.arg("-i")
+            .arg(&self.ssh_key)
+            .args(["-p", &self.ssh_port.to_string()])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=20",
+                "-o",
+                "ServerAliveInterval=15",
+                "-o",
+            ])
+            .arg(format!(
+                "ControlPath={}",
+                self.dir.join("ssh.sock").display()
+            ))
+            .args(["root@127.0.0.1", remote])
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs `remote` (a shell command line) in the guest; fails on a non-zero exit.
+    pub async fn sh(&self, remote: &str) -> anyhow::Result<String> {
+        let out = self.sh_output(remote).await?;
+        if !out.status.success() {
+            bail!(
+                "on {}: `{remote}` exited {}: {}{}",
+                self.spec.name,
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs `remote` in the guest and returns its output whatever the exit.
+    pub async fn sh_output(&self, remote: &str) -> anyhow::Result<Output> {
+        let out = tokio::time::timeout(Duration::from_secs(180), self.ssh_command(remote).output())
+            .await
+            .map_err(|_| anyhow!("on {}: `{remote}` timed out", self.spec.name))?
+            .with_context(|| format!("running ssh to {}", self.spec.name))?;
+        Ok(out)
+    }
+
+    fn check_alive(&self) -> anyhow::Result<()> {
+        let mut q = self.qemu.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(child) = q.as_mut()
+            && let Some(status) = child.try_wait()?
+        {
+            bail!(
+                "qemu for {} exited ({status}); qemu log:\n{}\nconsole:\n{}",
+                self.spec.name,
+                log_tail(&self.dir.join("qemu.log"), 20),
+                self.console_tail(40)
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits for ssh, then holds a master connection every later command reuses.
+    pub async fn wait_ssh(&self, deadline: Instant) -> anyhow::Result<Duration> {
+        loop {
+            self.check_alive()?;
+            if let Ok(out) = self.sh_output("true").await
+                && out.status.success()
+            {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{}: no ssh after {:?}; console:\n{}",
+                    self.spec.name,
+                    self.booted_at.elapsed(),
+                    self.console_tail(60)
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let up = self.booted_at.elapsed();
+        let mut master = std::process::Command::new("ssh");
+        master
+            .arg("-i")
+            .arg(&self.ssh_key)
+            .args(["-p", &self.ssh_port.to_string()])
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "LogLevel=ERROR",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "ServerAliveInterval=15",
+                "-o",
+                "ControlMaster=yes",
+                "-o",
+            ])
+            .arg(format!(
+                "ControlPath={}",
+                self.dir.join("ssh.sock").display()
+            ))
+            .args(["-N", "root@127.0.0.1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let master = spawn_guarded(master)?;
+        kill_at_exit(vec![master.id()], None);
+        std::mem::forget(master);
+        Ok(up)
+    }
+
+    /// Waits for the Node object to be Ready.
+    pub async fn wait_ready(&self, client: &kube::Client, deadline: Instant) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        loop {
+            self.check_alive()?;
+            if let Ok(Some(node)) = nodes.get_opt(&self.spec.name).await {
+                let ready = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .map(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                    .unwrap_or(false);
+                if ready {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                let journal = self
+                    .sh("journalctl -u kubelet -u containerd -u headroom-node -u headroom-images --no-pager -o short-monotonic \
+                         | grep -E ' E[0-9]{4} |level=error|Failed|failed' | grep -v 'FLAG:' | tail -n 25; \
+                         journalctl -u kubelet --no-pager | tail -n 8")
+                    .await
+                    .unwrap_or_else(|e| format!("<journal: {e:#}>"));
+                bail!(
+                    "{}: Node not Ready after {:?}; journal:\n{journal}",
+                    self.spec.name,
+                    self.booted_at.elapsed()
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
+    /// Kills qemu now (the snapshot disk is thrown away).
+    pub fn kill(&self) {
+        let mut q = self.qemu.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(mut c) = q.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for NodeVm {
+    fn drop(&mut self) {
+        self.kill();
+        if std::env::var_os("HEADROOM_KEEP_VM_DIR").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn ready_timeout() -> Duration {
+    Duration::from_secs(
+        std::env::var("HEADROOM_NODE_READY_TIMEOUT_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(420),
+    )
+}
+
+/// A control plane with kube-controller-manager and kube-scheduler, and node VMs.
+pub struct RealCluster {
+    pub cp: ControlPlane,
+    pub nodes: Vec<NodeVm>,
+    /// qemu start → ssh, and → Node Ready, per node.
+    pub boot_times: Vec<(String, Duration, Duration)>,
+}
+
+impl RealCluster {
+    /// Starts the control plane, boots `specs` in parallel and waits until every
+    /// node is Ready.
+    pub async fn start(specs: Vec<NodeSpec>) -> anyhow::Result<RealCluster> {
+        let art = Artifacts::locate()?;
+        let cp = ControlPlane::start(ControlPlaneOptions {
+            full_cluster: true,
+            ..ControlPlaneOptions::default()
+        })
+        .await?;
+        let mut nodes = Vec::new();
+        for spec in specs {
+            nodes.push(NodeVm::boot(&cp, spec, &art)?);
+        }
+        let deadline = Instant::now() + ready_timeout();
+        let client = cp.client().await;
+        let waits = nodes.iter().map(|n| {
+            let client = client.clone();
+            async move {
+                let ssh = n.wait_ssh(deadline).await?;
+                n.wait_ready(&client, deadline).await?;
+                Ok::<_, anyhow::Error>((n.name().to_string(), ssh, n.booted_at.elapsed()))
+            }
+        });
+        let results = futures::future::join_all(waits).await;
+        let errors: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}")))
+            .collect();
+        if !errors.is_empty() {
+            bail!("{}", errors.join("\n\n"));
+        }
+        let boot_times: Vec<_> = results.into_iter().filter_map(Result::ok).collect();
+        for (name, ssh, ready) in &boot_times {
+            eprintln!("real node {name}: ssh after {ssh:.1?}, Ready after {ready:.1?}");
+        }
+        Ok(RealCluster {
+            cp,
+            nodes,
+            boot_times,
+        })
+    }
+
+    /// The two nodes the project promises to work on: systemd driver under a
+    /// kind-like `/kubelet` cgroupRoot, and the cgroupfs driver.
+    pub fn two_node_specs() -> Vec<NodeSpec> {
+        vec![
+            NodeSpec::kind_like("node-systemd", 1),
+            NodeSpec::cgroupfs("node-cgroupfs", 2),
+        ]
+    }
+
+    /// One cluster shared by every test of a test binary, started on first
+    /// use on a thread and runtime of its own (like the shared control plane).
+    /// `Err` carries the reason (a skip or a failure) for every caller.
+    pub fn shared() -> Result<&'static RealCluster, String> {
+        static SHARED: OnceLock<Result<RealCluster, String>> = OnceLock::new();
+        let res = SHARED.get_or_init(|| {
+            if let Some(why) = skip_reason() {
+                return Err(format!("SKIP: {why}"));
+            }
+            std::thread::spawn(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                rt.block_on(RealCluster::start(RealCluster::two_node_specs()))
+                    .map_err(|e| format!("{e:#}"))
+            })
+            .join()
+            .unwrap_or_else(|_| Err("real cluster start-up thread panicked".into()))
+            .map(|mut c| {
+                c.leak_to_exit();
+                c
+            })
+        });
+        res.as_ref().map_err(|e| e.clone())
+    }
+
+    fn leak_to_exit(&mut self) {
+        let pids: Vec<u32> = self.nodes.iter().map(NodeVm::qemu_pid).collect();
+        let keep = std::env::var_os("HEADROOM_KEEP_VM_DIR").is_some();
+        for n in &self.nodes {
+            kill_at_exit(vec![], (!keep).then(|| n.dir.clone()));
+        }
+        kill_at_exit(pids, None);
+    }
+
+    pub fn node(&self, name: &str) -> &NodeVm {
+        self.nodes
+            .iter()
+            .find(|n| n.name() == name)
+            .unwrap_or_else(|| panic!("no node {name}"))
+    }
+}

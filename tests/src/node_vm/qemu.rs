@@ -1,0 +1,146 @@
+//! The QEMU command line of a node VM. Software emulation (TCG) only: this
+//! machine's /dev/kvm is a paravirtual hypervisor that cannot boot a stock
+//! kernel. Networking is user-mode with `restrict=on`: the guest reaches
+//! nothing but the forwards listed here, and nothing leaves the machine.
+
+use std::path::{Path, PathBuf};
+
+use super::config::GUEST_APISERVER_PORT;
+use crate::certs::GUEST_APISERVER_IP;
+
+/// Everything a VM is started with.
+#[derive(Clone, Debug)]
+pub struct VmLaunch {
+    pub name: String,
+    pub cpus: u32,
+    pub memory_mib: u32,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub disk: PathBuf,
+    /// Read-only 9p share mounted at /mnt/host (kubelet, images).
+    pub host_share: PathBuf,
+    /// Read-only 9p share mounted at /mnt/node (this node's config).
+    pub node_share: PathBuf,
+    pub console_log: PathBuf,
+    /// `(host loopback port, guest port)`: ssh and whatever a test exposes.
+    pub host_forwards: Vec<(u16, u16)>,
+    /// The apiserver on the host's loopback, reached from the guest at
+    /// `GUEST_APISERVER_IP:GUEST_APISERVER_PORT`.
+    pub apiserver_port: u16,
+}
+
+impl VmLaunch {
+    pub fn args(&self) -> Vec<String> {
+        let mut netdev = String::from("user,id=n0,restrict=on");
+        for (host, guest) in &self.host_forwards {
+            netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
+        }
+        // One socat per guest connection (the chardev form of guestfwd would
+        // carry a single connection only).
+        netdev.push_str(&format!(
+            ",guestfwd=tcp:{GUEST_APISERVER_IP}:{GUEST_APISERVER_PORT}-cmd:socat STDIO TCP:127.0.0.1:{}",
+            self.apiserver_port
+        ));
+        let share = |path: &Path, tag: &str| {
+            format!(
+                "local,path={},mount_tag={tag},security_model=none,readonly=on",
+                path.display()
+            )
+        };
+        vec![
+            "-name".into(),
+            self.name.clone(),
+            "-nodefaults".into(),
+            "-no-user-config".into(),
+            "-accel".into(),
+            // A smaller translation cache keeps qemu's RSS near 1 GB.
+            "tcg,thread=multi,tb-size=256".into(),
+            "-cpu".into(),
+            "max".into(),
+            "-smp".into(),
+            self.cpus.to_string(),
+            "-m".into(),
+            self.memory_mib.to_string(),
+            "-kernel".into(),
+            self.kernel.display().to_string(),
+            "-initrd".into(),
+            self.initrd.display().to_string(),
+            "-append".into(),
+            "root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 psi=1 \
+             mitigations=off no_timer_check panic=5 quiet systemd.show_status=false"
+                .into(),
+            "-drive".into(),
+            // snapshot=on: every boot starts from the clean image; writes are thrown away.
+            format!(
+                "file={},if=virtio,format=raw,snapshot=on",
+                self.disk.display()
+            ),
+            "-netdev".into(),
+            netdev,
+            "-device".into(),
+            "virtio-net-pci,netdev=n0".into(),
+            "-virtfs".into(),
+            share(&self.host_share, "hosttools"),
+            "-virtfs".into(),
+            share(&self.node_share, "nodecfg"),
+            "-device".into(),
+            "virtio-rng-pci".into(),
+            "-display".into(),
+            "none".into(),
+            "-serial".into(),
+            format!("file:{}", self.console_log.display()),
+            "-no-reboot".into(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch() -> VmLaunch {
+        VmLaunch {
+            name: "n".into(),
+            cpus: 2,
+            memory_mib: 2048,
+            kernel: "/k".into(),
+            initrd: "/i".into(),
+            disk: "/d".into(),
+            host_share: "/h".into(),
+            node_share: "/n".into(),
+            console_log: "/c".into(),
+            host_forwards: vec![(2222, 22), (9999, 9100)],
+            apiserver_port: 6000,
+        }
+    }
+
+    #[test]
+    fn network_is_restricted_with_explicit_forwards_only() {
+        let args = launch().args();
+        let netdevs: Vec<&String> = args.iter().filter(|a| a.starts_with("user,")).collect();
+        assert_eq!(netdevs.len(), 1, "exactly one netdev: {args:?}");
+        let nd = netdevs[0];
+        assert!(nd.contains(",restrict=on"), "{nd}");
+        let parts: Vec<&str> = nd.split(',').collect();
+        let fwds: Vec<&str> = parts
+            .iter()
+            .copied()
+            .filter(|p| p.starts_with("hostfwd=") || p.starts_with("guestfwd="))
+            .collect();
+        assert_eq!(
+            fwds,
+            [
+                "hostfwd=tcp:127.0.0.1:2222-:22",
+                "hostfwd=tcp:127.0.0.1:9999-:9100",
+                "guestfwd=tcp:10.0.2.100:6443-cmd:socat STDIO TCP:127.0.0.1:6000",
+            ]
+        );
+        // Host forwards listen on loopback only.
+        assert!(fwds.iter().all(|f| !f.starts_with("hostfwd=tcp::")));
+        assert!(
+            !args.iter().any(|a| a.contains("kvm")),
+            "TCG only: {args:?}"
+        );
+        assert!(args.iter().any(|a| a.contains("snapshot=on")));
+    }
+}

@@ -1,0 +1,1137 @@
+//! The real-node tier: a real kubelet v1.37, containerd and runc on a real
+//! Linux kernel (Debian VMs under QEMU), two nodes — systemd driver under a
+//! kind-like `/kubelet` cgroupRoot, and the cgroupfs driver — joined to the
+//! test control plane with kube-controller-manager and kube-scheduler.
+//!
+//! Every test that states a kubelet fact asserts it on the real kubelet and,
+//! where the simulated kubelet models it, runs the same pods through the
+//! simulator on a node of the same layout and compares (parity).
+//!
+//! Tests take one lock: the VMs' emulated CPUs are shared, and the agent
+//! scenarios measure CPU.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use serde_json::{Value, json};
+use testkit::control_plane::resize;
+use testkit::kubelet_sim::{SimConfig, SimKubelet, SimLayout};
+use testkit::node_vm::{NodeVm, PodCpuMax, RealCluster};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The shared cluster, or `None` with a SKIP line where qemu cannot run at all.
+fn cluster() -> Option<&'static RealCluster> {
+    match RealCluster::shared() {
+        Ok(c) => Some(c),
+        Err(e) if e.starts_with("SKIP") => {
+            eprintln!("{e}");
+            None
+        }
+        Err(e) => panic!("real cluster: {e}"),
+    }
+}
+
+const BUSYBOX: &str = "headroom.local/busybox:1";
+/// A RuntimeClass on the default runc handler with 50m CPU overhead.
+const OVERHEAD_CLASS: &str = "runc-overhead";
+
+async fn ensure_overhead_class(client: &kube::Client) {
+    let rc: k8s_openapi::api::node::v1::RuntimeClass = serde_json::from_value(json!({
+        "metadata": {"name": OVERHEAD_CLASS}, "handler": "runc",
+        "overhead": {"podFixed": {"cpu": "50m", "memory": "16Mi"}}
+    }))
+    .expect("runtimeclass json");
+    let api: Api<k8s_openapi::api::node::v1::RuntimeClass> = Api::all(client.clone());
+    match api.create(&PostParams::default(), &rc).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create RuntimeClass: {e}"),
+    }
+}
+
+fn container(name: &str, requests: Value, limits: Value) -> Value {
+    json!({"name": name, "image": BUSYBOX, "imagePullPolicy": "Never",
+           "command": ["/bin/sleep", "3600"],
+           "resources": {"requests": requests, "limits": limits}})
+}
+
+fn pod(name: &str, node: &str, containers: Vec<Value>) -> Value {
+    json!({"metadata": {"name": name},
+           "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                    "automountServiceAccountToken": false,
+                    "containers": containers}})
+}
+
+/// The pod shapes whose cgroups the kubelet writes differently, with the
+/// `cpu.max` quota (µs per 100 ms) expected on the pod and each container.
+struct Shape {
+    name: &'static str,
+    spec: fn(&str, &str) -> Value,
+    pod: &'static str,
+    containers: &'static [(&'static str, &'static str)],
+}
+
+fn shapes() -> Vec<Shape> {
+    vec![
+        Shape {
+            name: "guaranteed",
+            spec: |n, node| {
+                pod(
+                    n,
+                    node,
+                    vec![container(
+                        "app",
+                        json!({"cpu": "500m", "memory": "32Mi"}),
+                        json!({"cpu": "500m", "memory": "32Mi"}),
+                    )],
+                )
+            },
+            pod: "50000 100000",
+            containers: &[("app", "50000 100000")],
+        },
+        Shape {
+            name: "burstable-limit",
+            spec: |n, node| {
+                pod(
+                    n,
+                    node,
+                    vec![container(
+                        "app",
+                        json!({"cpu": "100m"}),
+                        json!({"cpu": "300m"}),
+                    )],
+                )
+            },
+            pod: "30000 100000",
+            containers: &[("app", "30000 100000")],
+        },
+        Shape {
+            name: "burstable-no-limit",
+            spec: |n, node| {
+                pod(
+                    n,
+                    node,
+                    vec![container("app", json!({"cpu": "100m"}), json!({}))],
+                )
+            },
+            pod: "max 100000",
+            containers: &[("app", "max 100000")],
+        },
+        Shape {
+            // One container without a limit: the pod cgroup is unlimited.
+            name: "burstable-mixed",
+            spec: |n, node| {
+                pod(
+                    n,
+                    node,
+                    vec![
+                        container("a", json!({"cpu": "100m"}), json!({"cpu": "200m"})),
+                        container("b", json!({"cpu": "100m"}), json!({})),
+                    ],
+                )
+            },
+            pod: "max 100000",
+            containers: &[("a", "20000 100000"), ("b", "max 100000")],
+        },
+        Shape {
+            // A sidecar (init container, restartPolicy Always) counts towards the
+            // pod's quota; an ordinary init container that ran before does not
+            // add to it (its limit is below the running sum).
+            name: "sidecar-init",
+            spec: |n, node| {
+                let mut p = pod(
+                    n,
+                    node,
+                    vec![container(
+                        "app",
+                        json!({"cpu": "100m"}),
+                        json!({"cpu": "200m"}),
+                    )],
+                );
+                let mut init = container("init", json!({"cpu": "50m"}), json!({"cpu": "50m"}));
+                init["command"] = json!(["/bin/sh", "-c", "true"]);
+                let mut side = container("side", json!({"cpu": "50m"}), json!({"cpu": "100m"}));
+                side["restartPolicy"] = json!("Always");
+                p["spec"]["initContainers"] = json!([init, side]);
+                p
+            },
+            pod: "30000 100000",
+            containers: &[("app", "20000 100000"), ("side", "10000 100000")],
+        },
+        Shape {
+            // 5m → 500 µs, raised to the 1000 µs minimum.
+            name: "tiny-limit",
+            spec: |n, node| {
+                pod(
+                    n,
+                    node,
+                    vec![container("app", json!({"cpu": "2m"}), json!({"cpu": "5m"}))],
+                )
+            },
+            pod: "1000 100000",
+            containers: &[("app", "1000 100000")],
+        },
+        Shape {
+            // Not a multiple of 10m: the systemd driver rounds CPUQuotaPerSecUSec up
+            // to 10 ms when it sets the unit property; what the file holds after the
+            // runtime's direct write is what matters.
+            name: "odd-limit",
+            spec: |n, node| {
+                pod(
+                    n,
+                    node,
+                    vec![container(
+                        "app",
+                        json!({"cpu": "10m"}),
+                        json!({"cpu": "15m"}),
+                    )],
+                )
+            },
+            pod: "1500 100000",
+            containers: &[("app", "1500 100000")],
+        },
+        Shape {
+            // RuntimeClass overhead (50m) is added to the pod cgroup only.
+            name: "runtimeclass-overhead",
+            spec: |n, node| {
+                let mut p = pod(
+                    n,
+                    node,
+                    vec![container(
+                        "app",
+                        json!({"cpu": "100m"}),
+                        json!({"cpu": "200m"}),
+                    )],
+                );
+                p["spec"]["runtimeClassName"] = json!(OVERHEAD_CLASS);
+                p
+            },
+            pod: "25000 100000",
+            containers: &[("app", "20000 100000")],
+        },
+        Shape {
+            // Pod-level resources: the container without a limit follows the pod's.
+            name: "pod-level",
+            spec: |n, node| {
+                let mut p = pod(
+                    n,
+                    node,
+                    vec![container("app", json!({"cpu": "100m"}), json!({}))],
+                );
+                p["spec"]["resources"] = json!({"requests": {"cpu": "100m", "memory": "64Mi"},
+                                                 "limits": {"cpu": "500m", "memory": "128Mi"}});
+                p
+            },
+            pod: "50000 100000",
+            containers: &[("app", "50000 100000")],
+        },
+    ]
+}
+
+async fn create(api: &Api<Pod>, spec: Value) -> Pod {
+    let p: Pod = serde_json::from_value(spec).expect("pod json");
+    api.create(&PostParams::default(), &p)
+        .await
+        .expect("create pod")
+}
+
+async fn wait_running(api: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
+    let cond = await_condition(api.clone(), name, conditions::is_pod_running());
+    match tokio::time::timeout(timeout, cond).await {
+        Ok(Ok(Some(p))) => p,
+        other => {
+            let p = api.get(name).await.ok();
+            panic!(
+                "{name} not Running after {timeout:?} ({other:?}); status: {:?}",
+                p.and_then(|p| p.status)
+            );
+        }
+    }
+}
+
+/// The layout of the simulated node that mirrors a real one.
+fn sim_layout(node: &NodeVm) -> SimLayout {
+    match node.spec.driver {
+        testkit::node_vm::CgroupDriver::Systemd => SimLayout::Kind,
+        testkit::node_vm::CgroupDriver::Cgroupfs => SimLayout::Cgroupfs,
+    }
+}
+
+/// What the simulator wrote for a pod, in the same shape as the real read.
+fn sim_cpu_max(sim: &SimKubelet, ns: &str, pod: &Pod, containers: &[&str]) -> PodCpuMax {
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let read = |p: Option<std::path::PathBuf>| {
+        p.and_then(|p| std::fs::read_to_string(p.join("cpu.max")).ok())
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|| "<none>".into())
+    };
+    PodCpuMax {
+        pod: read(sim.pod_cgroup_path(ns, name)),
+        containers: containers
+            .iter()
+            .map(|c| (c.to_string(), read(sim.container_cgroup_path(ns, name, c))))
+            .collect(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_join_ready_with_both_cgroup_layouts() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let client = c.cp.client().await;
+    for node in &c.nodes {
+        let kubepods = format!("/sys/fs/cgroup/{}", node.spec.kubepods_dir());
+        let out = node
+            .sh(&format!(
+                "cat {kubepods}/cpu.max {kubepods}/cgroup.subtree_control; \
+                          test -f {kubepods}/cpu.pressure && echo psi"
+            ))
+            .await
+            .expect("read kubepods");
+        let lines: Vec<&str> = out.lines().collect();
+        // The kubelet sets no quota on kubepods; pods get the cpu controller; PSI is on.
+        assert_eq!(lines[0], "max 100000", "{}: {out}", node.name());
+        assert!(
+            lines[1].split(' ').any(|c| c == "cpu"),
+            "{}: {out}",
+            node.name()
+        );
+        assert_eq!(lines.last(), Some(&"psi"), "{}: {out}", node.name());
+        let n: k8s_openapi::api::core::v1::Node = Api::all(client.clone())
+            .get(node.name())
+            .await
+            .expect("node");
+        let alloc = n
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .expect("allocatable");
+        assert_eq!(
+            alloc.get("cpu").map(|q| q.0.as_str()),
+            Some("2"),
+            "{}",
+            node.name()
+        );
+    }
+    for (name, ssh, ready) in &c.boot_times {
+        eprintln!(
+            "MEASURE boot {name}: ssh {:.1}s, Ready {:.1}s",
+            ssh.as_secs_f64(),
+            ready.as_secs_f64()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace("truth").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    ensure_overhead_class(&client).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut failures = Vec::new();
+    for (i, node) in c.nodes.iter().enumerate() {
+        let sim_name = format!("sim-{}", node.name());
+        let mut cfg = SimConfig::new(&sim_name, dir.path().join(format!("cg{i}")));
+        cfg.layout = sim_layout(node);
+        cfg.allocatable_cpu_m = 2000;
+        let sim = SimKubelet::start(client.clone(), cfg)
+            .await
+            .expect("sim starts");
+        c.cp.wait_node_admissible(&sim_name)
+            .await
+            .expect("sim node admissible");
+        let started = Instant::now();
+        for s in shapes() {
+            create(&api, (s.spec)(&format!("{}-{i}", s.name), node.name())).await;
+            create(&api, (s.spec)(&format!("sim-{}-{i}", s.name), &sim_name)).await;
+        }
+        for s in shapes() {
+            let real =
+                wait_running(&api, &format!("{}-{i}", s.name), Duration::from_secs(300)).await;
+            let sim_pod = wait_running(
+                &api,
+                &format!("sim-{}-{i}", s.name),
+                Duration::from_secs(60),
+            )
+            .await;
+            let got = node.pod_cpu_max(&real).await.expect("read real cgroups");
+            let names: Vec<&str> = s.containers.iter().map(|(n, _)| *n).collect();
+            let want = PodCpuMax {
+                pod: s.pod.to_string(),
+                containers: s
+                    .containers
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.to_string()))
+                    .collect(),
+            };
+            let real_named = PodCpuMax {
+                pod: got.pod.clone(),
+                containers: got
+                    .containers
+                    .iter()
+                    .filter(|(k, _)| names.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            };
+            if real_named != want {
+                failures.push(format!(
+                    "{} {}: real kubelet wrote {got:?}, documented {want:?}",
+                    node.name(),
+                    s.name
+                ));
+            }
+            let simulated = sim_cpu_max(&sim, &ns, &sim_pod, &names);
+            if simulated != real_named {
+                failures.push(format!(
+                    "{} {}: PARITY simulator {simulated:?} vs real {real_named:?}",
+                    node.name(),
+                    s.name
+                ));
+            }
+        }
+        eprintln!(
+            "MEASURE {}: {} pods Running in {:.1}s",
+            node.name(),
+            shapes().len(),
+            started.elapsed().as_secs_f64()
+        );
+        sim.stop().await;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One observable step of a resize, as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ResizeStep {
+    generation_observed: bool,
+    in_progress: bool,
+    pending: bool,
+    status_limit_m: Option<u64>,
+}
+
+fn millis(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u64> {
+    q.and_then(|q| headroom::quantity::cpu_millis(&q.0).ok())
+}
+
+fn resize_step(p: &Pod) -> ResizeStep {
+    let generation = p.metadata.generation.unwrap_or(0);
+    let st = p.status.as_ref();
+    let conds = st.and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let has = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+    let status_limit_m = st
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "app"))
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| millis(r.limits.as_ref().and_then(|l| l.get("cpu"))));
+    ResizeStep {
+        generation_observed: st.and_then(|s| s.observed_generation).unwrap_or(0) >= generation,
+        in_progress: has("PodResizeInProgress"),
+        pending: has("PodResizePending"),
+        status_limit_m,
+    }
+}
+
+/// Watches `name` from just before a resize to its end; returns the distinct
+/// steps in order, and when status first showed `want_m`.
+async fn resize_timeline(
+    api: &Api<Pod>,
+    name: &str,
+    want_m: u64,
+    patch: impl std::future::Future<Output = Instant>,
+) -> (Vec<ResizeStep>, Instant, Instant) {
+    use futures::StreamExt;
+    let stream = kube::runtime::watcher(
+        api.clone(),
+        kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    let steps = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(Instant, ResizeStep)>::new()));
+    let s2 = steps.clone();
+    let watch = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
+        while let Some(Ok(p)) = stream.next().await {
+            s2.lock().unwrap().push((Instant::now(), resize_step(&p)));
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let patched_at = patch.await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status_at = loop {
+        let seen = steps.lock().unwrap().clone();
+        if let Some((t, _)) = seen.iter().find(|(t, s)| {
+            *t >= patched_at
+                && s.status_limit_m == Some(want_m)
+                && !s.in_progress
+                && s.generation_observed
+        }) {
+            break *t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "resize of {name} never completed: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watch.abort();
+    let mut out: Vec<ResizeStep> = Vec::new();
+    let first_after = steps
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, _)| *t < patched_at)
+        .count();
+    for (_, s) in steps
+        .lock()
+        .unwrap()
+        .iter()
+        .skip(first_after.saturating_sub(1))
+    {
+        if out.last() != Some(s) {
+            out.push(s.clone());
+        }
+    }
+    (out, patched_at, status_at)
+}
+
+fn limit_patch(m: u64) -> Patch<Value> {
+    Patch::Strategic(
+        json!({"spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": format!("{m}m")}}}]}}),
+    )
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace("resize").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rounds: usize = std::env::var("HEADROOM_REAL_RESIZE_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let mut failures = Vec::new();
+    for (i, node) in c.nodes.iter().enumerate() {
+        let sim_name = format!("simr-{}", node.name());
+        let mut cfg = SimConfig::new(&sim_name, dir.path().join(format!("cg{i}")));
+        cfg.layout = sim_layout(node);
+        cfg.allocatable_cpu_m = 2000;
+        let sim = SimKubelet::start(client.clone(), cfg)
+            .await
+            .expect("sim starts");
+        c.cp.wait_node_admissible(&sim_name)
+            .await
+            .expect("sim node admissible");
+        let spec = |n: &str, nd: &str| {
+            pod(
+                n,
+                nd,
+                vec![container(
+                    "app",
+                    json!({"cpu": "100m"}),
+                    json!({"cpu": "300m"}),
+                )],
+            )
+        };
+        let real_name = format!("rs-{i}");
+        let sim_pod_name = format!("sim-rs-{i}");
+        create(&api, spec(&real_name, node.name())).await;
+        create(&api, spec(&sim_pod_name, &sim_name)).await;
+        let mut real = wait_running(&api, &real_name, Duration::from_secs(300)).await;
+        wait_running(&api, &sim_pod_name, Duration::from_secs(60)).await;
+        // Wait for the kubelet to report the container's resources before resizing.
+        for _ in 0..60 {
+            if resize_step(&real).status_limit_m.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            real = api.get(&real_name).await.expect("get");
+        }
+
+        let mut to_cgroup = Vec::new();
+        let mut to_status = Vec::new();
+        for round in 0..rounds {
+            let want_m = if round % 2 == 0 { 250 } else { 300 };
+            let quota = format!("{} 100000", want_m * 100);
+            let pod_now = api.get(&real_name).await.expect("get");
+            let patch = limit_patch(want_m);
+            let (steps, patched_at, status_at) = resize_timeline(&api, &real_name, want_m, async {
+                let t = Instant::now();
+                let (patched, cg) = tokio::join!(
+                    resize(&api, &real_name, &patch, false),
+                    node.wait_cpu_max(&pod_now, "app", &quota, Duration::from_secs(60)),
+                );
+                patched.expect("resize admitted");
+                let cg = cg.expect("cpu.max changes");
+                to_cgroup.push(cg.duration_since(t).as_secs_f64());
+                t
+            })
+            .await;
+            to_status.push(status_at.duration_since(patched_at).as_secs_f64());
+            let (sim_steps, _, _) = resize_timeline(&api, &sim_pod_name, want_m, async {
+                let t = Instant::now();
+                resize(&api, &sim_pod_name, &patch, false)
+                    .await
+                    .expect("sim resize");
+                t
+            })
+            .await;
+            if round == 0 {
+                eprintln!(
+                    "{}: real steps {steps:#?}\nsim steps {sim_steps:#?}",
+                    node.name()
+                );
+            }
+            if steps != sim_steps {
+                failures.push(format!(
+                    "{} round {round}: PARITY real {steps:?} vs sim {sim_steps:?}",
+                    node.name()
+                ));
+            }
+        }
+        to_cgroup.sort_by(f64::total_cmp);
+        to_status.sort_by(f64::total_cmp);
+        eprintln!(
+            "MEASURE {} resize PATCH→cpu.max n={} p50 {:.2}s p95 {:.2}s; PATCH→status p50 {:.2}s p95 {:.2}s",
+            node.name(),
+            to_cgroup.len(),
+            percentile(&to_cgroup, 0.5),
+            percentile(&to_cgroup, 0.95),
+            percentile(&to_status, 0.5),
+            percentile(&to_status, 0.95),
+        );
+        // The cgroup is written before status reports the new limit (status
+        // reads back what the runtime applied).
+        for (cg, st) in to_cgroup.iter().zip(&to_status) {
+            assert!(
+                cg <= st,
+                "{}: cpu.max after status? {to_cgroup:?} {to_status:?}",
+                node.name()
+            );
+        }
+        sim.stop().await;
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+// ---------------------------------------------------------------------------
+// The agent as a process inside each node VM, reading the real cgroupfs.
+
+use testkit::agent::metric;
+use testkit::node_vm::{GuestAgent, static_agent_binary};
+
+/// Agent settings for the emulated nodes: a 1 s tick, short cooldown and
+/// audit so a scenario fits in minutes.
+fn vm_agent_args() -> Vec<String> {
+    [
+        "--tick",
+        "1s",
+        "--raise-cooldown",
+        "5s",
+        "--audit-interval",
+        "5s",
+        "--drift-grace",
+        "10s",
+        "--event-interval",
+        "5s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn burner(name: &str, node: &str, req: &str, lim: &str, threads: u32) -> Value {
+    let loops = vec!["while :; do :; done"; threads as usize].join(" & ");
+    let mut c = container("app", json!({"cpu": req}), json!({"cpu": lim}));
+    c["command"] = json!(["/bin/sh", "-c", loops]);
+    pod(name, node, vec![c])
+}
+
+fn app_limit_m(p: &Pod) -> Option<u64> {
+    let c = p
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "app")?;
+    millis(c.resources.as_ref()?.limits.as_ref()?.get("cpu"))
+}
+
+fn pod_level_limit_m(p: &Pod) -> Option<u64> {
+    millis(
+        p.spec
+            .as_ref()?
+            .resources
+            .as_ref()?
+            .limits
+            .as_ref()?
+            .get("cpu"),
+    )
+}
+
+async fn opt_in(client: &kube::Client, ns: &str) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
+        )
+        .await
+        .expect("label namespace");
+}
+
+/// Polls `name` until `f` holds; panics with the agent's log after `timeout`.
+async fn wait_pod(
+    api: &Api<Pod>,
+    agent: &GuestAgent<'_>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    f: impl Fn(&Pod) -> bool,
+) -> Pod {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let p = api.get(name).await.expect("get pod");
+        if f(&p) {
+            return p;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "{}: {name}: {what} not reached in {timeout:?}; limit {:?}; agent log:\n{}",
+                agent.node.name(),
+                app_limit_m(&p),
+                agent.log_tail(60).await
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// Idle node: a managed pod throttled at its own limit is raised, the raise
+/// reaches cpu.max and is verified; pods that must be left alone are.
+async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace(&format!("idle-{}", node.name())).await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&api, burner("burner", node.name(), "200m", "300m", 1)).await;
+    // Left alone: Guaranteed, opted out, RestartContainer policy.
+    create(
+        &api,
+        pod(
+            "guaranteed",
+            node.name(),
+            vec![container(
+                "app",
+                json!({"cpu": "100m", "memory": "32Mi"}),
+                json!({"cpu": "100m", "memory": "32Mi"}),
+            )],
+        ),
+    )
+    .await;
+    let mut out = pod(
+        "opted-out",
+        node.name(),
+        vec![container(
+            "app",
+            json!({"cpu": "100m"}),
+            json!({"cpu": "200m"}),
+        )],
+    );
+    out["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    create(&api, out).await;
+    let mut restart = pod(
+        "restart-policy",
+        node.name(),
+        vec![container(
+            "app",
+            json!({"cpu": "100m"}),
+            json!({"cpu": "200m"}),
+        )],
+    );
+    restart["spec"]["containers"][0]["resizePolicy"] =
+        json!([{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]);
+    create(&api, restart).await;
+    // Pod-level resources: managed through spec.resources.limits.cpu only.
+    let mut pl = pod(
+        "pod-level",
+        node.name(),
+        vec![container("app", json!({"cpu": "200m"}), json!({}))],
+    );
+    pl["spec"]["resources"] = json!({"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "300m", "memory": "128Mi"}});
+    create(&api, pl).await;
+    for n in [
+        "burner",
+        "guaranteed",
+        "opted-out",
+        "restart-policy",
+        "pod-level",
+    ] {
+        wait_running(&api, n, Duration::from_secs(300)).await;
+    }
+
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts");
+    let raised = wait_pod(
+        &api,
+        &agent,
+        "burner",
+        "raise above 300m",
+        Duration::from_secs(120),
+        |p| app_limit_m(p).is_some_and(|m| m > 300),
+    )
+    .await;
+    let limit = app_limit_m(&raised).expect("limit");
+    node.wait_cpu_max(
+        &raised,
+        "app",
+        &format!("{} 100000", limit * 100),
+        Duration::from_secs(60),
+    )
+    .await
+    .expect("raise reaches the container's cpu.max");
+    let pl = wait_pod(
+        &api,
+        &agent,
+        "pod-level",
+        "pod-level raise above 300m",
+        Duration::from_secs(120),
+        |p| pod_level_limit_m(p).is_some_and(|m| m > 300),
+    )
+    .await;
+    let pl_limit = pod_level_limit_m(&pl).expect("pod-level limit");
+    // Verified by the agent itself (re-read of the real cgroups).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = agent.scrape().await.expect("scrape");
+        let verified =
+            metric(&s, "headroom_resizes_total", &[("result", "verified")]).unwrap_or(0.0);
+        let drift =
+            metric(&s, "headroom_cgroup_drift", &[("namespace", ns.as_str())]).unwrap_or(0.0);
+        if verified >= 2.0 {
+            assert_eq!(drift, 0.0, "{}: drift after verified resizes", node.name());
+            let n = metric(
+                &s,
+                "headroom_resize_verification_latency_seconds_count",
+                &[],
+            )
+            .unwrap_or(0.0);
+            let sum =
+                metric(&s, "headroom_resize_verification_latency_seconds_sum", &[]).unwrap_or(0.0);
+            eprintln!(
+                "MEASURE {} agent verification latency: {n} resizes, mean {:.2}s; buckets: {:?}",
+                node.name(),
+                sum / n.max(1.0),
+                s.samples
+                    .iter()
+                    .filter(|x| x.metric == "headroom_resize_verification_latency_seconds_bucket")
+                    .map(|x| (
+                        x.labels.get("le").unwrap_or_default().to_string(),
+                        format!("{:?}", x.value)
+                    ))
+                    .collect::<Vec<_>>()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: resizes never verified:\n{}",
+            node.name(),
+            agent.log_tail(60).await
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let got = node
+        .pod_cpu_max(&api.get("pod-level").await.expect("get"))
+        .await
+        .expect("read");
+    assert_eq!(
+        got.pod,
+        format!("{} 100000", pl_limit * 100),
+        "{}: pod-level cgroup",
+        node.name()
+    );
+    for n in ["guaranteed", "opted-out", "restart-policy"] {
+        let p = api.get(n).await.expect("get");
+        assert_eq!(
+            p.metadata.generation,
+            Some(1),
+            "{}: {n} was changed",
+            node.name()
+        );
+        let restarts: i32 = p
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.restart_count)
+            .sum();
+        assert_eq!(restarts, 0, "{}: {n} restarted", node.name());
+    }
+    agent.stop().await.expect("agent stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_in_the_vm_raises_a_throttled_pod_on_an_idle_node_and_leaves_others_alone() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let bin = static_agent_binary().expect("static agent");
+    for node in &c.nodes {
+        node.install_agent(&bin).expect("install agent");
+    }
+    futures::future::join_all(c.nodes.iter().map(|n| idle_raise_on(c, n))).await;
+}
+
+/// Real contention from an unmanaged busy loop on every CPU brings the
+/// managed limits down.
+async fn contention_on(c: &RealCluster, node: &NodeVm) {
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace(&format!("busy-{}", node.name())).await;
+    let other = c.cp.namespace(&format!("noisy-{}", node.name())).await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let noisy: Api<Pod> = Api::namespaced(client.clone(), &other);
+    create(&api, burner("managed", node.name(), "200m", "300m", 1)).await;
+    wait_running(&api, "managed", Duration::from_secs(300)).await;
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts");
+    let raised = wait_pod(
+        &api,
+        &agent,
+        "managed",
+        "raise above 300m",
+        Duration::from_secs(120),
+        |p| app_limit_m(p).is_some_and(|m| m > 300),
+    )
+    .await;
+    let high = app_limit_m(&raised).expect("limit");
+    // Unmanaged, unlimited: 3 busy threads on 2 CPUs.
+    let mut hog = pod(
+        "hog",
+        node.name(),
+        vec![container("app", json!({"cpu": "100m"}), json!({}))],
+    );
+    hog["spec"]["containers"][0]["command"] = json!([
+        "/bin/sh",
+        "-c",
+        "while :; do :; done & while :; do :; done & while :; do :; done"
+    ]);
+    create(&noisy, hog).await;
+    wait_running(&noisy, "hog", Duration::from_secs(300)).await;
+    let lowered = wait_pod(
+        &api,
+        &agent,
+        "managed",
+        "lowering under contention",
+        Duration::from_secs(120),
+        |p| app_limit_m(p).is_some_and(|m| m < high),
+    )
+    .await;
+    eprintln!(
+        "{}: contention lowered {high}m → {:?}m",
+        node.name(),
+        app_limit_m(&lowered)
+    );
+    assert!(
+        app_limit_m(&lowered).expect("limit") >= 200,
+        "never below the request"
+    );
+    noisy
+        .delete("hog", &Default::default())
+        .await
+        .expect("delete hog");
+    agent.stop().await.expect("agent stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_in_the_vm_lowers_managed_limits_under_real_contention() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let bin = static_agent_binary().expect("static agent");
+    for node in &c.nodes {
+        node.install_agent(&bin).expect("install agent");
+    }
+    futures::future::join_all(c.nodes.iter().map(|n| contention_on(c, n))).await;
+}
+
+/// An out-of-band write to a container's cpu.max on the real node is drift.
+async fn drift_on(c: &RealCluster, node: &NodeVm) {
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace(&format!("drift-{}", node.name())).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // Not opted in: audited, never resized, so only the write changes cpu.max.
+    create(
+        &api,
+        pod(
+            "victim",
+            node.name(),
+            vec![container(
+                "app",
+                json!({"cpu": "100m"}),
+                json!({"cpu": "200m"}),
+            )],
+        ),
+    )
+    .await;
+    let p = wait_running(&api, "victim", Duration::from_secs(300)).await;
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts");
+    let uid = p.metadata.uid.clone().expect("uid");
+    let id = testkit::node_vm::container_ids(&p)
+        .remove("app")
+        .expect("id");
+    let dir = node.pod_cgroup(&uid).await.expect("pod cgroup");
+    node.sh(&format!("echo '12345 100000' > {dir}/*{id}*/cpu.max"))
+        .await
+        .expect("write");
+    let labels = [("namespace", ns.as_str()), ("pod", "victim")];
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = agent.scrape().await.expect("scrape");
+        if metric(&s, "headroom_cgroup_drift", &labels) == Some(1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: no drift reported:\n{}",
+            node.name(),
+            agent.log_tail(60).await
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    node.sh(&format!("echo '20000 100000' > {dir}/*{id}*/cpu.max"))
+        .await
+        .expect("restore");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = agent.scrape().await.expect("scrape");
+        if metric(&s, "headroom_cgroup_drift", &labels).unwrap_or(0.0) == 0.0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: drift never cleared:\n{}",
+            node.name(),
+            agent.log_tail(60).await
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    agent.stop().await.expect("agent stops");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_in_the_vm_reports_an_out_of_band_cpu_max_write_as_drift() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let bin = static_agent_binary().expect("static agent");
+    for node in &c.nodes {
+        node.install_agent(&bin).expect("install agent");
+    }
+    futures::future::join_all(c.nodes.iter().map(|n| drift_on(c, n))).await;
+}
+
+// ---------------------------------------------------------------------------
+// No orphans: VMs (and the full control plane) die with the test process.
+
+const ORPHAN_MODE: &str = "HEADROOM_VM_ORPHAN_MODE";
+const PIDS_LINE: &str = "VM-ORPHAN-PIDS";
+
+#[tokio::test]
+#[ignore = "helper: runs only as a child of the vm no-orphans tests"]
+async fn vm_orphan_helper() {
+    let Ok(mode) = std::env::var(ORPHAN_MODE) else {
+        return;
+    };
+    let art = testkit::node_vm::Artifacts::locate().expect("artifacts");
+    let cp =
+        testkit::control_plane::ControlPlane::start(testkit::control_plane::ControlPlaneOptions {
+            full_cluster: true,
+            ..Default::default()
+        })
+        .await
+        .expect("control plane");
+    let vm =
+        NodeVm::boot(&cp, testkit::node_vm::NodeSpec::cgroupfs("orphan", 9), &art).expect("boot");
+    let mut pids: Vec<String> = cp.pids().iter().map(u32::to_string).collect();
+    pids.push(vm.qemu_pid().to_string());
+    println!("{PIDS_LINE} {}", pids.join(" "));
+    if mode == "panic" {
+        panic!("deliberate panic with a VM running");
+    }
+    std::mem::forget(vm);
+    std::mem::forget(cp);
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
+fn vm_orphan_check(mode: &str) {
+    use std::io::{BufRead, BufReader};
+    use testkit::process::{process_gone, spawn_guarded};
+    if testkit::node_vm::skip_reason().is_some() {
+        eprintln!(
+            "SKIP: {}",
+            testkit::node_vm::skip_reason().unwrap_or_default()
+        );
+        return;
+    }
+    let _serial = SERIAL.blocking_lock();
+    let mut cmd = std::process::Command::new(std::env::current_exe().expect("exe"));
+    cmd.args(["vm_orphan_helper", "--exact", "--ignored", "--nocapture"])
+        .env(ORPHAN_MODE, mode)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = spawn_guarded(cmd).expect("spawn helper");
+    let out = BufReader::new(child.stdout.take().expect("stdout"));
+    let pids: Vec<u32> = out
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            l.strip_prefix(PIDS_LINE).map(|r| {
+                r.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+        })
+        .expect("helper printed no pids");
+    let qemu = *pids.last().expect("qemu pid");
+    assert!(
+        !process_gone(qemu, "qemu-system"),
+        "qemu not running before the kill"
+    );
+    if mode == "sigkill" {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+    }
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while pids.iter().any(|p| !process_gone(*p, "")) {
+        let alive: Vec<&u32> = pids.iter().filter(|p| !process_gone(**p, "")).collect();
+        assert!(Instant::now() < deadline, "orphans after {mode}: {alive:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn no_orphaned_vm_or_controllers_when_the_test_process_is_sigkilled() {
+    vm_orphan_check("sigkill");
+}
+
+#[test]
+fn no_orphaned_vm_or_controllers_when_a_test_panics() {
+    vm_orphan_check("panic");
+}
