@@ -164,9 +164,9 @@ pub struct Metrics {
     /// Pods with series, and their drifting containers ("" = pod cgroup):
     /// families cannot be iterated, so this is what makes removal possible.
     index: Mutex<HashMap<PodLabels, BTreeSet<String>>>,
-    /// The `node_*` gauges, encoded only once a scan has set them: before
-    /// that, `capacity 0` / `slack 0` would read as a full node, not as
-    /// "no data yet".
+    /// The `node_*` gauges, encoded only once a measurement (two scans) has
+    /// set them: before that, `capacity 0` / `slack 0` would read as a full
+    /// node, not as "no data yet".
     node_registry: Registry,
     node_set: AtomicBool,
 }
