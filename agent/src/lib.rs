@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod kube;
 pub mod metrics;
 pub mod model;
+pub mod names;
 pub mod policy;
 pub mod quantity;
 pub mod reconcile;

@@ -165,6 +165,7 @@ fn kustomizations_render_base_and_monitoring_in_listed_order() {
             "DaemonSet/headroom-agent",
             "ValidatingAdmissionPolicy/headroom-agent-own-node-only",
             "ValidatingAdmissionPolicyBinding/headroom-agent-own-node-only",
+            "NetworkPolicy/headroom-agent-metrics",
         ]
     );
     let mon: Vec<String> = load(&deploy_dir().join("monitoring"))
@@ -818,4 +819,148 @@ async fn agent_with_pod_bound_token_runs_end_to_end_against_simulated_node() {
         agent.log_tail(20)
     );
     assert!(metric(&s, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0) >= 1.0);
+}
+
+// ------------------------------------------------------- network policy
+
+/// `matchLabels` of a label selector (the policy uses no expressions; a
+/// selector with any is refused here rather than half-evaluated).
+fn selects(
+    selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    assert!(
+        selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(Vec::is_empty),
+        "matchExpressions not evaluated by this test: {selector:?}"
+    );
+    selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn network_policy_admits_only_prometheus_to_the_metrics_port() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+    let cp = ControlPlane::shared();
+    let admin = cp.client().await;
+    install_base(&admin).await;
+    // As the apiserver stored them, not as the files say.
+    let np = Api::<NetworkPolicy>::namespaced(admin.clone(), AGENT_NS)
+        .get("headroom-agent-metrics")
+        .await
+        .expect("NetworkPolicy applied");
+    let ds = Api::<DaemonSet>::namespaced(admin.clone(), AGENT_NS)
+        .get("headroom-agent")
+        .await
+        .unwrap();
+    let spec = np.spec.unwrap();
+    let template = ds.spec.template;
+    let agent_labels = template.metadata.unwrap().labels.unwrap();
+    let pod_selector = spec.pod_selector.clone().expect("podSelector");
+    assert!(
+        selects(&pod_selector, &agent_labels),
+        "policy does not select the agent pods"
+    );
+    assert!(
+        pod_selector.match_labels.iter().flatten().count() > 0,
+        "an empty podSelector would isolate every pod of the namespace"
+    );
+    // Ingress only: egress to the API server stays open.
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+
+    let rules = spec.ingress.unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    let rule = &rules[0];
+    // The port is the DaemonSet's named metrics port, which is the one the
+    // agent serves on.
+    let ports = rule.ports.clone().unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].port, Some(IntOrString::String("metrics".into())));
+    assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+    let container = &template.spec.unwrap().containers[0];
+    let port = container
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("metrics"))
+        .expect("the DaemonSet names its metrics port");
+    assert_eq!(port.container_port, 9464);
+    assert!(
+        container
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a == "--metrics-addr=0.0.0.0:9464")
+    );
+
+    // One peer with both selectors (AND): Prometheus pods in the monitoring
+    // namespace; two peers would admit either (OR).
+    let peers = rule.from.clone().unwrap();
+    assert_eq!(peers.len(), 1, "{peers:?}");
+    let ns_sel = peers[0]
+        .namespace_selector
+        .clone()
+        .expect("namespaceSelector");
+    let pod_sel = peers[0].pod_selector.clone().expect("podSelector");
+    assert!(peers[0].ip_block.is_none());
+
+    // The namespace label it keys on is the one the apiserver sets itself.
+    let monitoring = Api::<Namespace>::all(admin.clone());
+    let _ = monitoring
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "monitoring"}})).unwrap(),
+        )
+        .await;
+    let mon_labels = monitoring
+        .get("monitoring")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap();
+    let other_ns = cp.namespace("not-monitoring").await;
+    let other_labels = monitoring
+        .get(&other_ns)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap();
+    assert!(
+        selects(&ns_sel, &mon_labels),
+        "{ns_sel:?} vs {mon_labels:?}"
+    );
+    assert!(!selects(&ns_sel, &other_labels));
+
+    // Labels prometheus-operator puts on its Prometheus pods.
+    let prometheus = labels(&[
+        ("app.kubernetes.io/name", "prometheus"),
+        ("app.kubernetes.io/instance", "k8s"),
+        ("prometheus", "k8s"),
+    ]);
+    assert!(selects(&pod_sel, &prometheus));
+    for other in [
+        labels(&[]),
+        labels(&[("app.kubernetes.io/name", "grafana")]),
+        agent_labels.clone(),
+    ] {
+        assert!(!selects(&pod_sel, &other), "{other:?} admitted");
+    }
 }

@@ -17,14 +17,14 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
 
-use super::{parse_cpu, parse_duration};
+use super::{parse_allocatable, parse_duration, parse_node_name};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The pod, as NAMESPACE/NAME.
+    /// The pod, as NAMESPACE/NAME (a DNS-1123 label / subdomain).
     pub pod: String,
     /// This node; default: the pod's own node (run it on that node).
-    #[arg(long, env = "NODE_NAME")]
+    #[arg(long, env = "NODE_NAME", value_parser = parse_node_name)]
     pub node_name: Option<String>,
     #[arg(long, default_value = "/sys/fs/cgroup")]
     pub cgroup_root: PathBuf,
@@ -36,7 +36,7 @@ pub struct Args {
     /// Policy config file, as for `run`.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    #[arg(long, value_parser = parse_cpu)]
+    #[arg(long, value_parser = parse_allocatable)]
     pub node_allocatable: Option<u64>,
     /// One JSON object on stdout.
     #[arg(long)]
@@ -51,9 +51,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn explain(a: Args) -> anyhow::Result<ExitCode> {
-    let Some((ns, name)) = a.pod.split_once('/') else {
-        bail!("expected NAMESPACE/POD, got {:?}", a.pod);
-    };
+    // Validated before use: both parts go into an API path.
+    let (ns, name) = headroom::names::pod_ref(&a.pod)?;
     let policy = super::run::load_policy_file(a.config.as_ref())?;
     policy.validate()?;
     let client = super::run::client(a.kubeconfig.as_ref()).await?;

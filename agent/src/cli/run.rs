@@ -15,13 +15,13 @@ use headroom::policy::PolicyConfig;
 use headroom::reconcile::{Agent, Settings};
 use headroom::verify::{CgroupWatch, WatchEvent, dirs_to_watch};
 
-use super::{parse_cpu, parse_duration};
+use super::{parse_allocatable, parse_cpu, parse_duration, parse_node_name, parse_tick};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// This node's name: only pods with `spec.nodeName` equal to it are ever
-    /// watched or patched.
-    #[arg(long, env = "NODE_NAME")]
+    /// watched or patched. A DNS-1123 subdomain, as the apiserver names nodes.
+    #[arg(long, env = "NODE_NAME", value_parser = parse_node_name)]
     pub node_name: String,
     /// cgroup v2 root as mounted in the agent's container.
     #[arg(long, default_value = "/sys/fs/cgroup")]
@@ -29,8 +29,8 @@ pub struct Args {
     /// kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long, env = "HEADROOM_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Sampling and decision period.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// Sampling and decision period, 100ms to 24h.
+    #[arg(long, default_value = "1s", value_parser = parse_tick)]
     pub tick: Duration,
     /// Compute and log every decision; patch nothing.
     #[arg(long)]
@@ -41,8 +41,8 @@ pub struct Args {
     /// Policy config file (TOML, or JSON if it ends in .json); flags below win.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Allocatable CPU to assume until the Node object is read.
-    #[arg(long, value_parser = parse_cpu)]
+    /// Allocatable CPU to assume until the Node object is read (more than 0).
+    #[arg(long, value_parser = parse_allocatable)]
     pub node_allocatable: Option<u64>,
     /// Full audit of every pod's cpu.max (also on inotify events).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
@@ -53,22 +53,23 @@ pub struct Args {
     /// Minimum time between two Events of the same reason on one pod.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub event_interval: Duration,
-    /// CPU never handed out as slack [default: 100m].
+    /// CPU never handed out as slack, 0 to 64 CPUs [default: 100m].
     #[arg(long, value_parser = parse_cpu)]
     pub reserve: Option<u64>,
-    /// Default ceiling as a multiple of the request [default: 4].
+    /// Default ceiling as a multiple of the request, 1 to 64 [default: 4].
     #[arg(long)]
     pub ceiling_factor: Option<f64>,
-    /// Wait after a patch before a pod may be raised again [default: 60s].
+    /// Wait after a patch before a pod may be raised again, up to 24h [default: 60s].
     #[arg(long, value_parser = parse_duration)]
     pub raise_cooldown: Option<Duration>,
-    /// Node-wide patches per second [default: 5].
+    /// Node-wide patches per second, 0.01 to 100 [default: 5].
     #[arg(long)]
     pub patch_rate: Option<f64>,
-    /// kubepods PSI some avg10 (%) where damping starts [default: 10].
+    /// kubepods PSI some avg10 (%) where damping starts, 0 to 99 [default: 10].
     #[arg(long)]
     pub pressure_start: Option<f64>,
-    /// kubepods PSI some avg10 (%) where slack is damped to zero [default: 40].
+    /// kubepods PSI some avg10 (%) where slack is damped to zero, pressure-start + 1
+    /// to 100 [default: 40].
     #[arg(long)]
     pub pressure_full: Option<f64>,
 }

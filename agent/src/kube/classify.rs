@@ -145,7 +145,10 @@ fn refusal_of(msg: &str, attempted_m: Millis, quantum_m: Millis) -> (Refusal, Op
     if msg.contains("Pod QOS Class may not change as a result of resizing") {
         // Pod e (FACTS §4): at the request it would turn Guaranteed; one
         // quantum above is admitted.
-        return (Refusal::QosChange, Some(attempted_m + quantum_m.max(1)));
+        return (
+            Refusal::QosChange,
+            Some(attempted_m.saturating_add(quantum_m.max(1))),
+        );
     }
     if msg.contains("resize of pods with pod-level resources is forbidden") {
         return (Refusal::PodLevelGateOff, None);

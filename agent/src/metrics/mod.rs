@@ -1,11 +1,15 @@
 //! Prometheus metrics: the registry of every `headroom_` family and the HTTP
 //! server (`/metrics`, `/healthz`, `/readyz`).
 
+pub mod negotiate;
+pub mod probe;
 pub mod registry;
 pub mod server;
 
 pub use registry::{Direction, Metrics, NodeValues, PatchErrorClass, PodValues, ResizeResult};
-pub use server::{DEFAULT_ADDR, Readiness, bind, serve, serve_listener};
+pub use server::{
+    ConnLimits, DEFAULT_ADDR, Readiness, bind, serve, serve_listener, serve_listener_with,
+};
 
 #[cfg(test)]
 mod tests;

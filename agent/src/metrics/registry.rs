@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
@@ -164,6 +164,11 @@ pub struct Metrics {
     /// Pods with series, and their drifting containers ("" = pod cgroup):
     /// families cannot be iterated, so this is what makes removal possible.
     index: Mutex<HashMap<PodLabels, BTreeSet<String>>>,
+    /// The `node_*` gauges, encoded only once a measurement (two scans) has
+    /// set them: before that, `capacity 0` / `slack 0` would read as a full
+    /// node, not as "no data yet".
+    node_registry: Registry,
+    node_set: AtomicBool,
 }
 
 fn pod_labels(namespace: &str, pod: &str) -> PodLabels {
@@ -202,33 +207,36 @@ impl Metrics {
             patch_errors: Family::default(),
             index: Mutex::new(HashMap::new()),
             registry: Registry::default(),
+            node_registry: Registry::default(),
+            node_set: AtomicBool::new(false),
         };
-        r.register(
+        let mut nr = Registry::with_prefix("headroom");
+        nr.register(
             "node_capacity_millicores",
             "CPU capacity for pods: min(kubepods cpu.max, allocatable, online CPUs)",
             m.node_capacity.clone(),
         );
-        r.register(
+        nr.register(
             "node_usage_millicores",
             "CPU used by all pods (kubepods cgroup) over the last tick",
             m.node_usage.clone(),
         );
-        r.register(
+        nr.register(
             "node_real_slack_millicores",
             "Idle CPU the cgroups show, after the reserve, available to managed pods",
             m.node_real_slack.clone(),
         );
-        r.register(
+        nr.register(
             "node_booked_slack_millicores",
             "Allocatable CPU minus the sum of booked requests (what the scheduler sees)",
             m.node_booked_slack.clone(),
         );
-        r.register(
+        nr.register(
             "node_pressure_some_ratio",
             "kubepods cpu.pressure some avg10, as a ratio",
             m.node_pressure_some.clone(),
         );
-        r.register(
+        nr.register(
             "node_pressure_full_ratio",
             "kubepods cpu.pressure full avg10, as a ratio (0 where the kernel has no full line)",
             m.node_pressure_full.clone(),
@@ -305,25 +313,42 @@ impl Metrics {
                 version: version.to_string(),
             }),
         );
-        Metrics { registry: r, ..m }
+        Metrics {
+            registry: r,
+            node_registry: nr,
+            ..m
+        }
     }
 
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
+    fn node_values_known(&self) -> bool {
+        self.node_set.load(Ordering::Acquire)
+    }
+
     /// Prometheus text format 0.0.4.
     pub fn encode_prometheus(&self) -> String {
+        use prometheus_client::encoding::prometheus_text::encode;
         let mut s = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::prometheus_text::encode(&mut s, &self.registry);
+        if self.node_values_known() {
+            let _ = encode(&mut s, &self.node_registry);
+        }
+        let _ = encode(&mut s, &self.registry);
         s
     }
 
     /// OpenMetrics text format (ends with `# EOF`).
     pub fn encode_openmetrics(&self) -> String {
+        use prometheus_client::encoding::text::{encode_eof, encode_registry};
         let mut s = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        if self.node_values_known() {
+            let _ = encode_registry(&mut s, &self.node_registry);
+        }
+        let _ = encode_registry(&mut s, &self.registry);
+        let _ = encode_eof(&mut s);
         s
     }
 
@@ -335,6 +360,7 @@ impl Metrics {
         self.node_pressure_some.set(v.pressure_some_ratio);
         self.node_pressure_full
             .set(v.pressure_full_ratio.unwrap_or(0.0));
+        self.node_set.store(true, Ordering::Release);
     }
 
     /// Sets a managed pod's series. `None` limit/target removes that series.

@@ -1,4 +1,12 @@
 //! A bare hyper 1 HTTP/1 server: `/metrics`, `/healthz`, `/readyz`.
+//!
+//! Anyone who can reach the pod IP can open connections, and the agent has
+//! a 64 MiB memory limit, so what clients can hold is bounded: at most
+//! [`ConnLimits::max_connections`] served at once (one request each, 8 KiB
+//! read buffer, a deadline for the request head and for the whole
+//! exchange), [`ConnLimits::probe_slots`] more that may only ask
+//! `/healthz` or `/readyz` (so probes pass while the port is saturated),
+//! and every further connection closed at once.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -15,8 +23,11 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::metrics::negotiate::wants_openmetrics;
+use crate::metrics::probe::serve_probe;
 use crate::metrics::registry::Metrics;
 
 /// Default `--metrics-addr`, as in deploy/base. 9464 is also the
@@ -27,6 +38,40 @@ pub const DEFAULT_ADDR: &str = "0.0.0.0:9464";
 
 const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What clients of the metrics port may hold at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnLimits {
+    /// Connections served by the HTTP server at once. Prometheus (one or
+    /// two replicas) and the kubelet need a handful.
+    pub max_connections: usize,
+    /// Connections beyond that which may only ask `/healthz` / `/readyz`.
+    pub probe_slots: usize,
+    /// Time a client has to send its request head.
+    pub header_read_timeout: Duration,
+    /// The same on the probe lane: the kubelet sends its probe at once and
+    /// gives up after 1 s (`timeoutSeconds`), so a slot held longer is held
+    /// by someone else.
+    pub probe_read_timeout: Duration,
+    /// Longest a connection may live (head, answer, and a slow reader).
+    pub connection_timeout: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 32,
+            probe_slots: 8,
+            header_read_timeout: Duration::from_secs(3),
+            probe_read_timeout: Duration::from_secs(1),
+            connection_timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Smallest read buffer hyper accepts; request heads of scrapers and
+/// probes are a few hundred bytes.
+const READ_BUF_MAX: usize = 8192;
 
 /// Shared readiness: ready once the pod watch has synced and the first
 /// cgroup scan is done. Set by the run loop, read by `/readyz`.
@@ -74,12 +119,13 @@ pub fn respond<B>(
     }
     match req.uri().path() {
         "/metrics" => {
-            let openmetrics = req
+            let accept: Vec<&str> = req
                 .headers()
                 .get_all(ACCEPT)
                 .iter()
                 .filter_map(|v| v.to_str().ok())
-                .any(|v| v.contains("application/openmetrics-text"));
+                .collect();
+            let openmetrics = wants_openmetrics(&accept);
             let (body, ct) = if openmetrics {
                 (metrics.encode_openmetrics(), OPENMETRICS_CONTENT_TYPE)
             } else {
@@ -115,14 +161,34 @@ pub async fn serve(
     serve_listener(bind(addr).await?, metrics, readiness, shutdown).await
 }
 
-/// Serves on a bound listener until `shutdown` resolves; connections in
-/// flight finish on their own tasks.
+/// Serves on a bound listener until `shutdown` resolves, with the default
+/// [`ConnLimits`]; connections in flight finish on their own tasks.
 pub async fn serve_listener(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    serve_listener_with(
+        listener,
+        metrics,
+        readiness,
+        ConnLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// As [`serve_listener`], with explicit limits.
+pub async fn serve_listener_with(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    limits: ConnLimits,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
+    let http_slots = Arc::new(Semaphore::new(limits.max_connections));
+    let probe_slots = Arc::new(Semaphore::new(limits.probe_slots));
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -138,21 +204,51 @@ pub async fn serve_listener(
                 }
             },
         };
-        let metrics = metrics.clone();
-        let readiness = readiness.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let r = respond(&req, &metrics, &readiness);
-                async move { Ok::<_, Infallible>(r) }
+        if let Ok(permit) = http_slots.clone().try_acquire_owned() {
+            tokio::spawn(serve_http(
+                stream,
+                peer,
+                metrics.clone(),
+                readiness.clone(),
+                limits,
+                permit,
+            ));
+        } else if let Ok(permit) = probe_slots.clone().try_acquire_owned() {
+            let readiness = readiness.clone();
+            tokio::spawn(async move {
+                serve_probe(stream, || readiness.is_ready(), limits.probe_read_timeout).await;
+                drop(permit);
             });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                // Slow clients cannot hold a connection open forever.
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "metrics: connection error");
-            }
-        });
+        } else {
+            // Closed at once: queueing would let clients grow memory again.
+            drop(stream);
+        }
+    }
+}
+
+/// One connection, one request (no keep-alive: a held connection is a
+/// slot taken), within the limits' deadlines.
+async fn serve_http(
+    stream: TcpStream,
+    peer: SocketAddr,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    limits: ConnLimits,
+    _permit: OwnedSemaphorePermit,
+) {
+    let svc = service_fn(move |req: Request<Incoming>| {
+        let r = respond(&req, &metrics, &readiness);
+        async move { Ok::<_, Infallible>(r) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(false)
+        .max_buf_size(READ_BUF_MAX)
+        .header_read_timeout(limits.header_read_timeout)
+        .serve_connection(TokioIo::new(stream), svc);
+    match tokio::time::timeout(limits.connection_timeout, conn).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "metrics: connection error"),
+        Err(_) => tracing::debug!(%peer, "metrics: connection timed out"),
     }
 }

@@ -300,3 +300,184 @@ async fn shutdown_stops_accepting() {
     }
     assert!(refused);
 }
+
+#[tokio::test]
+async fn node_gauges_are_absent_until_the_first_scan() {
+    let m = Arc::new(Metrics::new("t"));
+    let (addr, _stop) = start(m.clone(), Arc::new(Readiness::default())).await;
+    let node_families = [
+        "headroom_node_capacity_millicores",
+        "headroom_node_usage_millicores",
+        "headroom_node_real_slack_millicores",
+        "headroom_node_booked_slack_millicores",
+        "headroom_node_pressure_some_ratio",
+        "headroom_node_pressure_full_ratio",
+    ];
+    for accept in [None, Some("application/openmetrics-text")] {
+        let body = get(addr, "/metrics", accept).await.body;
+        for f in node_families {
+            assert!(!body.contains(f), "{f} exported before any scan:\n{body}");
+        }
+        assert!(body.contains("headroom_build_info"));
+    }
+    m.set_node(&NodeValues::default());
+    let s = parse(&get(addr, "/metrics", None).await.body);
+    for f in node_families {
+        assert_eq!(value(&s, f, &[]), 0.0, "{f}");
+    }
+    let om = get(addr, "/metrics", Some("application/openmetrics-text")).await;
+    assert_eq!(om.body.matches("# EOF").count(), 1);
+    assert_eq!(om.body.lines().last(), Some("# EOF"));
+}
+
+#[tokio::test]
+async fn openmetrics_with_q_zero_is_not_served() {
+    let (addr, _stop) = start(filled(), Arc::new(Readiness::default())).await;
+    let r = get(addr, "/metrics", Some("application/openmetrics-text;q=0")).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        r.content_type.starts_with("text/plain; version=0.0.4"),
+        "{}",
+        r.content_type
+    );
+    assert!(!r.body.contains("# EOF"));
+}
+
+// ------------------------------------------------------- connection limits
+
+async fn start_limited(limits: ConnLimits) -> (SocketAddr, Arc<Readiness>, oneshot::Sender<()>) {
+    let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ready = Arc::new(Readiness::default());
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(serve_listener_with(
+        listener,
+        Arc::new(Metrics::new("t")),
+        ready.clone(),
+        limits,
+        async {
+            let _ = rx.await;
+        },
+    ));
+    (addr, ready, tx)
+}
+
+/// Did the server close `s` (EOF or reset) within `within`?
+async fn closed_by_server(s: &mut TcpStream, within: std::time::Duration) -> bool {
+    let mut b = [0u8; 64];
+    matches!(
+        tokio::time::timeout(within, s.read(&mut b)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+const LONG: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[tokio::test]
+async fn healthz_answers_while_every_http_slot_is_held() {
+    let limits = ConnLimits {
+        max_connections: 4,
+        probe_slots: 2,
+        header_read_timeout: LONG,
+        probe_read_timeout: LONG,
+        connection_timeout: LONG,
+    };
+    let (addr, ready, _stop) = start_limited(limits).await;
+    // The cap's worth of connections, each in the middle of a request head.
+    let mut held = Vec::new();
+    for _ in 0..limits.max_connections {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+        held.push(s);
+    }
+    // Let the server take them all before the probes arrive.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let h = get(addr, "/healthz", None).await;
+    assert_eq!((h.status, h.body.as_str()), (200, "ok\n"));
+    assert_eq!(get(addr, "/readyz", None).await.status, 503);
+    ready.set_pods_synced();
+    ready.set_first_scan_done();
+    let r = get(addr, "/readyz", None).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "ready\n"));
+    // Anything else is refused on the probe lane, not served.
+    let m = get(addr, "/metrics", None).await;
+    assert_eq!(m.status, 503);
+    // Slots come back when the holders go.
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(get(addr, "/metrics", None).await.status, 200);
+}
+
+#[tokio::test]
+async fn connections_beyond_the_cap_are_closed_at_once() {
+    let limits = ConnLimits {
+        max_connections: 3,
+        probe_slots: 2,
+        header_read_timeout: LONG,
+        probe_read_timeout: LONG,
+        connection_timeout: LONG,
+    };
+    let (addr, _ready, _stop) = start_limited(limits).await;
+    let mut conns = Vec::new();
+    for _ in 0..limits.max_connections + limits.probe_slots {
+        conns.push(TcpStream::connect(addr).await.unwrap());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let mut extra = Vec::new();
+    for _ in 0..10 {
+        extra.push(TcpStream::connect(addr).await.unwrap());
+    }
+    for s in &mut extra {
+        assert!(
+            closed_by_server(s, std::time::Duration::from_secs(5)).await,
+            "a connection beyond the cap was kept"
+        );
+    }
+    // The ones within the cap are kept (no deadline has passed).
+    for s in &mut conns {
+        assert!(!closed_by_server(s, std::time::Duration::from_millis(50)).await);
+    }
+}
+
+#[tokio::test]
+async fn idle_and_slow_connections_are_dropped_after_the_head_deadline() {
+    let limits = ConnLimits {
+        max_connections: 2,
+        probe_slots: 1,
+        header_read_timeout: std::time::Duration::from_millis(300),
+        probe_read_timeout: std::time::Duration::from_millis(300),
+        connection_timeout: std::time::Duration::from_secs(2),
+    };
+    let (addr, _ready, _stop) = start_limited(limits).await;
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /metr").await.unwrap();
+    let mut probe_idle = TcpStream::connect(addr).await.unwrap();
+    for s in [&mut idle, &mut slow, &mut probe_idle] {
+        assert!(
+            closed_by_server(s, std::time::Duration::from_secs(10)).await,
+            "connection outlived its deadlines"
+        );
+    }
+    // Freed slots serve again.
+    assert_eq!(get(addr, "/metrics", None).await.status, 200);
+}
+
+#[tokio::test]
+async fn an_oversized_request_head_is_refused_not_buffered() {
+    let (addr, _ready, _stop) = start_limited(ConnLimits::default()).await;
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let big = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    // The server may reset before the whole head is written.
+    let _ = s.write_all(big.as_bytes()).await;
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw);
+    assert!(
+        text.is_empty() || text.starts_with("HTTP/1.1 431"),
+        "{text}"
+    );
+}

@@ -9,47 +9,48 @@ use serde::{Deserialize, Serialize};
 #[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     /// CPU (millicores) never handed out as slack: room for the kubelet,
-    /// the runtime and sampling error. Default `100`.
+    /// the runtime and sampling error. Range 0–64000, default `100`.
     pub reserve_m: u64,
     /// Default ceiling of a pod's limit as a multiple of its CPU request.
     /// The pod annotation `headroom.dev/ceiling` overrides it; a ceiling is
-    /// never above node capacity. Default `4.0`.
+    /// never above node capacity. Range 1–64, default `4.0`.
     pub ceiling_factor: f64,
     /// Granularity of targets (millicores): a target is the request plus a
-    /// whole number of quanta (floors excepted). Default `10` (the kubelet
-    /// enforces 10m steps anyway).
+    /// whole number of quanta (floors and ceilings excepted). Range 1–100,
+    /// default `10` (the kubelet enforces 10m steps anyway).
     pub quantum_m: u64,
     /// A raise is sent only if it is at least this percent of the current
-    /// limit... Default `10.0`.
+    /// limit... Range 0–100, default `10.0`.
     pub raise_dead_band_pct: f64,
-    /// ...and at least this many millicores. Default `50`.
+    /// ...and at least this many millicores. Range 0–10000, default `50`.
     pub raise_dead_band_m: u64,
     /// Same dead band for a lowering (not applied under pressure, above the
-    /// ceiling, or when the target is the floor). Default `10.0`.
+    /// ceiling, or when the target is the floor). Range 0–100, default `10.0`.
     pub lower_dead_band_pct: f64,
-    /// Millicore part of the lowering dead band. Default `50`.
+    /// Millicore part of the lowering dead band. Range 0–10000, default `50`.
     pub lower_dead_band_m: u64,
     /// Seconds after any patch of a pod before it may be raised again.
-    /// Lowerings have no cooldown. Default `60`.
+    /// Lowerings have no cooldown. Range 0–86400, default `60`.
     pub raise_cooldown_s: f64,
     /// kubepods CPU pressure (`some avg10`, percent) where damping of the
-    /// slack starts. Default `10.0`.
+    /// slack starts. Range 0–99, default `10.0`.
     pub pressure_start_pct: f64,
     /// Pressure at which the slack is damped to zero (limits fall to their
-    /// floors). Default `40.0`.
+    /// floors). Range pressure_start_pct + 1 to 100, default `40.0`.
     pub pressure_full_pct: f64,
     /// Pressure counts as explained by the managed pods' own throttling (and
     /// is not damped) when some managed pod is throttled and node usage is
     /// below this fraction of capacity: with idle CPU on the node the stall
-    /// comes from CFS quotas, not contention. Default `0.9`.
+    /// comes from CFS quotas, not contention. Range 0–1, default `0.9`.
     pub explained_usage_frac: f64,
     /// Throttled fraction of CFS periods (0..1) from which a managed pod
-    /// counts as throttled. Default `0.05`.
+    /// counts as throttled. Range 0–1, default `0.05`.
     pub throttled_ratio_min: f64,
     /// Node-wide patch rate (token bucket refill, patches per second).
-    /// Default `5.0`.
+    /// Range 0.01–100, default `5.0`.
     pub patch_rate_per_s: f64,
-    /// Token bucket size: patches that may go out at once. Default `10`.
+    /// Token bucket size: patches that may go out at once. Range 1–1000,
+    /// default `10`.
     pub patch_burst: u32,
 }
 
@@ -74,73 +75,149 @@ impl Default for PolicyConfig {
     }
 }
 
-/// A config value outside its domain.
+/// A config value outside its range.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid policy config: {field} {problem}")]
+#[error("invalid policy config: {field} = {value} is out of range: must be {range}")]
 pub struct ConfigError {
     pub field: &'static str,
-    pub problem: &'static str,
+    pub value: String,
+    /// The accepted range, in words (also in `--help` and the README).
+    pub range: &'static str,
 }
 
-fn check(ok: bool, field: &'static str, problem: &'static str) -> Result<(), ConfigError> {
-    if ok {
+/// Accepted ranges. Wide enough for any real node, narrow enough that no
+/// value can make the arithmetic degenerate (e.g. a 1e308 ceiling factor,
+/// or a quantum so large that every ceiling rounds down to the request).
+pub mod range {
+    pub const RESERVE_M: (u64, u64) = (0, 64_000);
+    pub const CEILING_FACTOR: (f64, f64) = (1.0, 64.0);
+    pub const QUANTUM_M: (u64, u64) = (1, 100);
+    pub const DEAD_BAND_PCT: (f64, f64) = (0.0, 100.0);
+    pub const DEAD_BAND_M: (u64, u64) = (0, 10_000);
+    pub const RAISE_COOLDOWN_S: (f64, f64) = (0.0, 86_400.0);
+    pub const PRESSURE_PCT: (f64, f64) = (0.0, 100.0);
+    pub const FRACTION: (f64, f64) = (0.0, 1.0);
+    pub const PATCH_RATE_PER_S: (f64, f64) = (0.01, 100.0);
+    pub const PATCH_BURST: (u32, u32) = (1, 1000);
+}
+
+fn within<T: PartialOrd + std::fmt::Debug + Copy>(
+    v: T,
+    (lo, hi): (T, T),
+    field: &'static str,
+    range: &'static str,
+) -> Result<(), ConfigError> {
+    // Written so NaN fails: every comparison with NaN is false.
+    if v >= lo && v <= hi {
         Ok(())
     } else {
-        Err(ConfigError { field, problem })
+        Err(ConfigError {
+            field,
+            // Debug: `1e308`, not 309 digits.
+            value: format!("{v:?}"),
+            range,
+        })
     }
 }
 
 impl PolicyConfig {
-    /// Rejects values the policy cannot work with (NaN, zero quantum, ...).
+    /// Rejects values outside their range (NaN and infinities included).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let finite_nonneg = |x: f64| x.is_finite() && x >= 0.0;
-        check(self.quantum_m > 0, "quantum_m", "must be > 0")?;
-        check(
-            self.ceiling_factor.is_finite() && self.ceiling_factor >= 1.0,
+        use range::*;
+        within(
+            self.reserve_m,
+            RESERVE_M,
+            "reserve_m",
+            "between 0 and 64000 (millicores)",
+        )?;
+        within(
+            self.ceiling_factor,
+            CEILING_FACTOR,
             "ceiling_factor",
-            "must be >= 1",
+            "between 1 and 64",
         )?;
-        check(
-            finite_nonneg(self.raise_dead_band_pct),
+        within(
+            self.quantum_m,
+            QUANTUM_M,
+            "quantum_m",
+            "between 1 and 100 (millicores)",
+        )?;
+        let pct = "between 0 and 100 (percent)";
+        let band_m = "between 0 and 10000 (millicores)";
+        within(
+            self.raise_dead_band_pct,
+            DEAD_BAND_PCT,
             "raise_dead_band_pct",
-            "must be >= 0",
+            pct,
         )?;
-        check(
-            finite_nonneg(self.lower_dead_band_pct),
+        within(
+            self.raise_dead_band_m,
+            DEAD_BAND_M,
+            "raise_dead_band_m",
+            band_m,
+        )?;
+        within(
+            self.lower_dead_band_pct,
+            DEAD_BAND_PCT,
             "lower_dead_band_pct",
-            "must be >= 0",
+            pct,
         )?;
-        check(
-            finite_nonneg(self.raise_cooldown_s),
+        within(
+            self.lower_dead_band_m,
+            DEAD_BAND_M,
+            "lower_dead_band_m",
+            band_m,
+        )?;
+        within(
+            self.raise_cooldown_s,
+            RAISE_COOLDOWN_S,
             "raise_cooldown_s",
-            "must be >= 0",
+            "between 0 and 86400 (seconds)",
         )?;
-        check(
-            finite_nonneg(self.pressure_start_pct),
+        within(
+            self.pressure_start_pct,
+            (PRESSURE_PCT.0, PRESSURE_PCT.1 - 1.0),
             "pressure_start_pct",
-            "must be >= 0",
+            "between 0 and 99 (percent)",
         )?;
-        check(
-            self.pressure_full_pct.is_finite() && self.pressure_full_pct > self.pressure_start_pct,
+        within(
+            self.pressure_full_pct,
+            PRESSURE_PCT,
             "pressure_full_pct",
-            "must be > pressure_start_pct",
+            "between 0 and 100 (percent)",
         )?;
-        check(
-            (0.0..=1.0).contains(&self.explained_usage_frac),
+        // Damping divides by the span: it must be a real interval.
+        if self.pressure_full_pct < self.pressure_start_pct + 1.0 {
+            return Err(ConfigError {
+                field: "pressure_full_pct",
+                value: format!("{:?}", self.pressure_full_pct),
+                range: "at least pressure_start_pct + 1 and at most 100 (percent)",
+            });
+        }
+        within(
+            self.explained_usage_frac,
+            FRACTION,
             "explained_usage_frac",
-            "must be in [0, 1]",
+            "between 0 and 1",
         )?;
-        check(
-            (0.0..=1.0).contains(&self.throttled_ratio_min),
+        within(
+            self.throttled_ratio_min,
+            FRACTION,
             "throttled_ratio_min",
-            "must be in [0, 1]",
+            "between 0 and 1",
         )?;
-        check(
-            self.patch_rate_per_s.is_finite() && self.patch_rate_per_s > 0.0,
+        within(
+            self.patch_rate_per_s,
+            PATCH_RATE_PER_S,
             "patch_rate_per_s",
-            "must be > 0",
+            "between 0.01 and 100 (patches per second)",
         )?;
-        check(self.patch_burst >= 1, "patch_burst", "must be >= 1")
+        within(
+            self.patch_burst,
+            PATCH_BURST,
+            "patch_burst",
+            "between 1 and 1000",
+        )
     }
 }
 
@@ -183,5 +260,108 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(inverted.validate().unwrap_err().field, "pressure_full_pct");
+    }
+
+    #[test]
+    fn out_of_range_values_are_rejected_with_the_range() {
+        let cases: [(PolicyConfig, &str, &str); 8] = [
+            (
+                PolicyConfig {
+                    ceiling_factor: 1e308,
+                    ..Default::default()
+                },
+                "ceiling_factor",
+                "between 1 and 64",
+            ),
+            (
+                PolicyConfig {
+                    quantum_m: 1000,
+                    ..Default::default()
+                },
+                "quantum_m",
+                "between 1 and 100",
+            ),
+            (
+                PolicyConfig {
+                    reserve_m: u64::MAX,
+                    ..Default::default()
+                },
+                "reserve_m",
+                "between 0 and 64000",
+            ),
+            (
+                PolicyConfig {
+                    raise_dead_band_pct: 1e9,
+                    ..Default::default()
+                },
+                "raise_dead_band_pct",
+                "between 0 and 100",
+            ),
+            (
+                PolicyConfig {
+                    lower_dead_band_m: 1 << 40,
+                    ..Default::default()
+                },
+                "lower_dead_band_m",
+                "between 0 and 10000",
+            ),
+            (
+                PolicyConfig {
+                    raise_cooldown_s: f64::INFINITY,
+                    ..Default::default()
+                },
+                "raise_cooldown_s",
+                "between 0 and 86400",
+            ),
+            (
+                PolicyConfig {
+                    patch_rate_per_s: 1e-300,
+                    ..Default::default()
+                },
+                "patch_rate_per_s",
+                "between 0.01 and 100",
+            ),
+            (
+                PolicyConfig {
+                    patch_burst: u32::MAX,
+                    ..Default::default()
+                },
+                "patch_burst",
+                "between 1 and 1000",
+            ),
+        ];
+        for (cfg, field, range) in cases {
+            let e = cfg.validate().unwrap_err();
+            assert_eq!(e.field, field);
+            assert!(e.to_string().contains(range), "{e}");
+        }
+        let e = PolicyConfig {
+            ceiling_factor: 1e308,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid policy config: ceiling_factor = 1e308 is out of range: must be between 1 and 64"
+        );
+        // The ends of each range are accepted.
+        let edges = PolicyConfig {
+            reserve_m: 64_000,
+            ceiling_factor: 64.0,
+            quantum_m: 100,
+            raise_dead_band_pct: 100.0,
+            raise_dead_band_m: 10_000,
+            lower_dead_band_pct: 0.0,
+            lower_dead_band_m: 0,
+            raise_cooldown_s: 86_400.0,
+            pressure_start_pct: 99.0,
+            pressure_full_pct: 100.0,
+            explained_usage_frac: 1.0,
+            throttled_ratio_min: 0.0,
+            patch_rate_per_s: 0.01,
+            patch_burst: 1000,
+        };
+        assert_eq!(edges.validate(), Ok(()));
     }
 }

@@ -44,7 +44,7 @@ pub fn floor(
             let request: Millis = managed.iter().map(|c| c.request_m).sum();
             f.floor_m = request;
             if guaranteed_at_request(pod, managed) {
-                f.floor_m = request + quantum_m;
+                f.floor_m = request.saturating_add(quantum_m);
                 f.qos_guard = true;
             }
         }
@@ -60,7 +60,7 @@ pub fn floor(
             pr.cpu_limit = Some(*request_m);
             let guard = compute_qos(&pod.containers, Some(&pr)) == Qos::Guaranteed;
             let base = if guard {
-                request_m + quantum_m
+                request_m.saturating_add(quantum_m)
             } else {
                 *request_m
             };
@@ -103,29 +103,29 @@ fn guaranteed_at_request(pod: &PodView, managed: &[ManagedContainer]) -> bool {
 }
 
 /// Ceiling of the managed limit: the `headroom.dev/ceiling` annotation if it
-/// parses, else request × `factor`; never above `capacity_m`; the part above
-/// the request rounded down to the quantum; never below `floor_m`.
+/// parses, else request × `factor`; never above `capacity_m`; never below
+/// `floor_m`. Not rounded to the quantum: rounding down would let a large
+/// quantum pull every ceiling to the request (the water-filling's last step
+/// may be a partial one that ends exactly here).
 pub fn ceiling(
     pod: &PodView,
     request_m: Millis,
     floor_m: Millis,
     factor: f64,
-    quantum_m: Millis,
     capacity_m: Millis,
 ) -> Millis {
     let from_annotation = pod
         .annotation(ANN_CEILING)
         .and_then(|v| quantity::cpu_millis(v).ok());
     let raw = from_annotation.unwrap_or_else(|| scale(request_m, factor));
-    let capped = raw.min(capacity_m);
-    let excess = capped.saturating_sub(request_m);
-    (request_m + excess - excess % quantum_m.max(1)).max(floor_m)
+    raw.min(capacity_m).max(floor_m)
 }
 
-/// `m × factor`, saturating, rounded down.
-fn scale(m: Millis, factor: f64) -> Millis {
+/// `m × factor`, saturating, rounded down; `m` itself for a factor below 1
+/// or not finite (a ceiling never falls below the request because of it).
+pub fn scale(m: Millis, factor: f64) -> Millis {
     let v = m as f64 * factor;
-    if v.is_finite() && v >= 0.0 {
+    if v.is_finite() && factor >= 1.0 {
         // `as` saturates at u64::MAX.
         v as Millis
     } else {

@@ -17,8 +17,8 @@
 //! `S = C − reserve − (K − Σu_i) − Σ min(u_i, r_i)`, damped toward 0 by CPU
 //! pressure that the managed pods' own throttling does not explain. `S` is
 //! water-filled over managed pods by request, each between its floor and
-//! ceiling, in whole quanta (`target = request + k·quantum`, floors
-//! excepted). Container-level pods split their target over managed
+//! ceiling, in whole quanta (`target = request + k·quantum`, floors and
+//! ceilings excepted). Container-level pods split their target over managed
 //! containers by request. [`plan`] turns targets into patches: raises past a
 //! dead band and after a cooldown, lowerings at once, all under a node-wide
 //! token bucket.
@@ -210,7 +210,6 @@ pub fn decide(
                     request,
                     floor.floor_m,
                     cfg.ceiling_factor,
-                    q,
                     node.capacity_m,
                 );
                 d.managed = true;

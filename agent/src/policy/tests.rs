@@ -457,16 +457,18 @@ fn learned_floor_lifts_the_floor() {
 #[test]
 fn ceiling_default_annotation_capacity_and_floor() {
     let p = simple("s", 100, Some(300));
-    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 10, 8000), 400);
-    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 10, 250), 250);
-    assert_eq!(floors::ceiling(&p, 105, 105, 4.0, 10, 8000), 415);
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 8000), 400);
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 250), 250);
+    assert_eq!(floors::ceiling(&p, 105, 105, 4.0, 8000), 420);
+    // Not rounded to a quantum grid: a big quantum cannot pull it down.
+    assert_eq!(floors::ceiling(&p, 10, 10, 1.5, 8000), 15);
     let mut a = p.clone();
     a.annotations.insert(ANN_CEILING.into(), "1.5".into());
-    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 10, 8000), 1500);
+    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 8000), 1500);
     a.annotations.insert(ANN_CEILING.into(), "bogus".into());
-    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 10, 8000), 400);
+    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 8000), 400);
     a.annotations.insert(ANN_CEILING.into(), "50m".into());
-    assert_eq!(floors::ceiling(&a, 100, 110, 4.0, 10, 8000), 110);
+    assert_eq!(floors::ceiling(&a, 100, 110, 4.0, 8000), 110);
 }
 
 // -------------------------------------------------------------------- decide
@@ -1113,4 +1115,124 @@ proptest! {
     fn fill_with_jump_equals_stepwise_greedy(items in arb_items(), budget in 0u64..200_000, q in 1u64..50) {
         prop_assert_eq!(waterfill::fill(&items, budget, q), waterfill::fill_stepwise(&items, budget, q));
     }
+}
+
+/// Any policy config inside the accepted ranges.
+fn arb_config() -> impl Strategy<Value = PolicyConfig> {
+    use config::range::*;
+    (
+        (
+            RESERVE_M.0..=RESERVE_M.1,
+            CEILING_FACTOR.0..=CEILING_FACTOR.1,
+            QUANTUM_M.0..=QUANTUM_M.1,
+        ),
+        (
+            DEAD_BAND_PCT.0..=DEAD_BAND_PCT.1,
+            DEAD_BAND_M.0..=DEAD_BAND_M.1,
+        ),
+        (
+            DEAD_BAND_PCT.0..=DEAD_BAND_PCT.1,
+            DEAD_BAND_M.0..=DEAD_BAND_M.1,
+        ),
+        (
+            0.0f64..=99.0,
+            1.0f64..=100.0,
+            FRACTION.0..=FRACTION.1,
+            FRACTION.0..=FRACTION.1,
+        ),
+        (
+            PATCH_RATE_PER_S.0..=PATCH_RATE_PER_S.1,
+            PATCH_BURST.0..=PATCH_BURST.1,
+            RAISE_COOLDOWN_S.0..=RAISE_COOLDOWN_S.1,
+        ),
+    )
+        .prop_map(
+            |(
+                (reserve, factor, q),
+                (rp, rm),
+                (lp, lm),
+                (ps, span, euf, trm),
+                (rate, burst, cool),
+            )| PolicyConfig {
+                reserve_m: reserve,
+                ceiling_factor: factor,
+                quantum_m: q,
+                raise_dead_band_pct: rp,
+                raise_dead_band_m: rm,
+                lower_dead_band_pct: lp,
+                lower_dead_band_m: lm,
+                raise_cooldown_s: cool,
+                pressure_start_pct: ps,
+                pressure_full_pct: (ps + span).min(100.0).max(ps + 1.0),
+                explained_usage_frac: euf,
+                throttled_ratio_min: trm,
+                patch_rate_per_s: rate,
+                patch_burst: burst,
+            },
+        )
+}
+
+/// Pods with a request and a current limit within what the config's
+/// ceiling factor allows (request ≤ limit ≤ request × factor); the limit
+/// is a fraction `f` of the way up.
+fn arb_limited_pods(factor: f64) -> impl Strategy<Value = Vec<(Millis, Millis)>> {
+    proptest::collection::vec((1u64..8000, 0.0f64..=1.0), 1..10).prop_map(move |v| {
+        v.into_iter()
+            .map(|(r, f)| {
+                let top = floors::scale(r, factor);
+                (r, r + ((top - r) as f64 * f) as Millis)
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    /// On an idle node with room for every ceiling, no in-range config
+    /// lowers a managed pod whose limit is within its ceiling: the config's
+    /// arithmetic (rounding to the quantum, overflow, scaling) never pulls a
+    /// ceiling below what the setting says.
+    #[test]
+    fn idle_node_never_lowers_a_pod_because_of_the_config(
+        (cfg, pods) in arb_config().prop_flat_map(|c| {
+            let f = c.ceiling_factor;
+            (Just(c), arb_limited_pods(f))
+        })
+    ) {
+        prop_assert_eq!(cfg.validate(), Ok(()));
+        let views: Vec<PodView> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, &(r, l))| simple(&format!("p{i}"), r, Some(l)))
+            .collect();
+        let room: Millis = pods.iter().map(|&(r, _)| floors::scale(r, cfg.ceiling_factor)).sum();
+        let capacity = cfg.reserve_m + room + 1000;
+        let inputs: Vec<PodInput> = views.iter().map(|p| input(p, 0)).collect();
+        let (n, ds) = decide(&node(capacity, 0, 0.0), &inputs, &cfg);
+        let out = plan(&n, &ds, &HashMap::new(), 1e9, &mut TokenBucket::new(1000.0, 1000), &cfg);
+        for (d, &(r, l)) in ds.iter().zip(&pods) {
+            prop_assert!(d.managed, "{:?}", d.reason);
+            prop_assert!(d.target_m.unwrap() >= l, "request {} limit {} target {:?} ceiling {:?}", r, l, d.target_m, d.ceiling_m);
+        }
+        for pp in &out.patches {
+            prop_assert_eq!(pp.direction, Direction::Raise, "{:?}", pp);
+        }
+    }
+}
+
+#[test]
+fn a_quantum_larger_than_the_headroom_does_not_collapse_the_ceiling() {
+    // request 100m, factor 1.5 → ceiling 150m; with 100m quanta the grid
+    // is 100, 200, ...: rounding the ceiling down to it gave 100m, and the
+    // pod at 150m was lowered to its request on an idle node.
+    let cfg = PolicyConfig {
+        quantum_m: 100,
+        ceiling_factor: 1.5,
+        ..Default::default()
+    };
+    let p = simple("a", 100, Some(150));
+    let (n, ds) = decide(&node(4000, 0, 0.0), &[input(&p, 0)], &cfg);
+    assert_eq!(ds[0].ceiling_m, Some(150));
+    assert_eq!(ds[0].target_m, Some(150));
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    assert!(out.patches.is_empty(), "{:?}", out.patches);
 }

@@ -19,7 +19,8 @@ use crate::model::Millis;
 
 /// One pod to fill. Needs `request_m > 0` and `request_m ≤ floor_m ≤ ceiling_m`
 /// (violations are repaired: floor lifted to the request, ceiling to the
-/// floor); a ceiling off the grid `request + k·quantum` is rounded down to it.
+/// floor). A ceiling off the grid `request + k·quantum` is reached by a last,
+/// partial step, taken in the order of the full step it cuts short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FillItem {
     pub request_m: Millis,
@@ -32,7 +33,7 @@ pub struct FillItem {
 /// one quantum left unused when no ceiling is hit.
 pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Millis> {
     let q = quantum_m.max(1);
-    let norm = normalize(items, q);
+    let norm = normalize(items);
     let mut targets: Vec<Millis> = norm.iter().map(|it| it.floor_m).collect();
     let floors_excess: u128 = norm
         .iter()
@@ -67,19 +68,17 @@ pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Mill
     targets
 }
 
-/// Repairs items (floor ≥ request ≥ 1) and puts ceilings on the step grid
-/// `request + k·q` (or the floor), the values the stepping can reach.
-fn normalize(items: &[FillItem], q: Millis) -> Vec<FillItem> {
+/// Repairs items (ceiling ≥ floor ≥ request ≥ 1).
+fn normalize(items: &[FillItem]) -> Vec<FillItem> {
     items
         .iter()
         .map(|it| {
             let request_m = it.request_m.max(1);
             let floor_m = it.floor_m.max(request_m);
-            let excess = it.ceiling_m.saturating_sub(request_m);
             FillItem {
                 request_m,
                 floor_m,
-                ceiling_m: (request_m + excess - excess % q).max(floor_m),
+                ceiling_m: it.ceiling_m.max(floor_m),
             }
         })
         .collect()
@@ -115,7 +114,7 @@ pub(crate) fn fill_stepwise(
     quantum_m: Millis,
 ) -> Vec<Millis> {
     let q = quantum_m.max(1);
-    let norm = normalize(items, q);
+    let norm = normalize(items);
     let mut targets: Vec<Millis> = norm.iter().map(|it| it.floor_m).collect();
     let floors: u128 = norm
         .iter()
@@ -181,7 +180,8 @@ fn jump_level(items: &[FillItem], left: u128, q: Millis) -> u128 {
     }
 }
 
-/// The next step above `current` (a value `request + k·q`, at most ceiling).
+/// The next step above `current`: `request + k·q`, or the ceiling when that
+/// is nearer (a partial last step, ordered as the full step k).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Step {
     /// k·q: excess over the request at this step (λ numerator).
@@ -193,23 +193,26 @@ struct Step {
 }
 
 fn next_step(it: &FillItem, current: Millis, q: Millis, index: usize) -> Option<Step> {
-    let k = (current - it.request_m) / q + 1;
-    let excess = k.checked_mul(q)?;
-    let value = it.request_m.checked_add(excess)?;
-    (value <= it.ceiling_m).then_some(Step {
-        excess: u128::from(excess),
+    if current >= it.ceiling_m {
+        return None;
+    }
+    let k = u128::from(current - it.request_m) / u128::from(q) + 1;
+    let excess = k * u128::from(q);
+    let value = (u128::from(it.request_m) + excess).min(u128::from(it.ceiling_m));
+    Some(Step {
+        excess,
         weight: u128::from(it.request_m),
         index,
-        value,
+        value: Millis::try_from(value).unwrap_or(it.ceiling_m),
     })
 }
 
 impl Ord for Step {
     fn cmp(&self, other: &Self) -> Ordering {
         // excess/weight vs other.excess/other.weight without division; the
-        // operands are < 2^64, so the products fit in u128.
-        (self.excess * other.weight)
-            .cmp(&(other.excess * self.weight))
+        // operands are about < 2^64, so the products fit in u128.
+        (self.excess.saturating_mul(other.weight))
+            .cmp(&other.excess.saturating_mul(self.weight))
             .then(self.index.cmp(&other.index))
     }
 }

@@ -328,7 +328,7 @@ impl Agent {
         let value = pr
             .cpu_limit
             .unwrap_or_else(|| {
-                (v.cpu_request() as f64 * self.settings.policy.ceiling_factor) as Millis
+                crate::policy::floors::scale(v.cpu_request(), self.settings.policy.ceiling_factor)
             })
             .max(self.settings.policy.quantum_m);
         let api: Api<Pod> = Api::namespaced(self.api.clone().into_client(), &v.namespace);
