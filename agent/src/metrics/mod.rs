@@ -4,8 +4,10 @@
 pub mod registry;
 pub mod server;
 
-pub use registry::{Direction, Metrics, NodeValues, PatchErrorClass, PodValues, ResizeResult};
-pub use server::{DEFAULT_ADDR, Readiness, bind, serve, serve_listener};
+pub use registry::{
+    Direction, Metrics, NodeValues, PatchErrorClass, PodValues, ResizeResult, ScanErrorKind,
+};
+pub use server::{DEFAULT_ADDR, DEFAULT_UNREADY_AFTER, Readiness, bind, serve, serve_listener};
 
 #[cfg(test)]
 mod tests;
