@@ -129,6 +129,7 @@ fn cgroup(p: &PodView) -> PodCgroup {
             weight: Some(100),
         }),
         containers,
+        containers_unlisted: None,
     }
 }
 

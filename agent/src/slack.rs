@@ -88,9 +88,9 @@ pub fn online_cpus() -> u64 {
 /// Reading it from the tree keeps every node-level input under the one root
 /// (the agent's mount of the host's cgroupfs, a fixture, a simulated node).
 pub fn online_cpus_at(root: &std::path::Path) -> u64 {
-    std::fs::read_to_string(root.join("cpuset.cpus.effective"))
+    crate::cgroup::read::read(&root.join("cpuset.cpus.effective"))
         .ok()
-        .and_then(|s| cpu_list_len(&s))
+        .and_then(|b| cpu_list_len(std::str::from_utf8(&b).ok()?))
         .unwrap_or_else(online_cpus)
 }
 
@@ -247,6 +247,7 @@ mod tests {
             path: PathBuf::from(uid),
             sample: s,
             containers: vec![],
+            containers_unlisted: None,
         }
     }
 
@@ -259,6 +260,8 @@ mod tests {
             },
             kubepods,
             pods,
+            unlisted_qos: vec![],
+            issues: vec![],
         }
     }
 

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::read::{self, ReadError};
 use super::types::{ContainerRole, Driver, Layout, Runtime};
 use crate::model::Qos;
 
@@ -53,6 +54,16 @@ on this node, and is this the host's cgroup root?"
     NoKubepods { root: PathBuf },
     #[error("{kubepods}: cpu controller missing ({found}). {NEED}")]
     CpuControllerMissing { kubepods: PathBuf, found: String },
+    /// EACCES/EPERM: says nothing about what the directory holds.
+    #[error(
+        "{path}: permission denied: the agent cannot read the cgroup tree there \
+(run as a user that may read /sys/fs/cgroup, or mount it readable)"
+    )]
+    PermissionDenied {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -84,12 +95,26 @@ pub fn discover(root: &Path) -> Result<Layout, LayoutError> {
     let dir = root.join(&rel);
     let mut missing = Vec::new();
     for f in ["cpu.max", "cpu.stat"] {
-        if !dir.join(f).is_file() {
-            missing.push(f);
+        let p = dir.join(f);
+        // An unreadable kubepods is not one without the cpu controller.
+        match read::is_file(&p) {
+            Ok(true) => {}
+            Ok(false) => missing.push(f),
+            Err(ReadError::PermissionDenied(source)) => {
+                return Err(LayoutError::PermissionDenied { path: p, source });
+            }
+            Err(e) => {
+                return Err(LayoutError::Io {
+                    path: p,
+                    source: std::io::Error::other(e),
+                });
+            }
         }
     }
     if !missing.is_empty() {
-        let ctl = std::fs::read_to_string(dir.join("cgroup.controllers")).ok();
+        let ctl = read::read(&dir.join("cgroup.controllers"))
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).into_owned());
         let mut found = format!("no {}", missing.join(", no "));
         if let Some(c) = ctl {
             let _ = write!(found, "; its cgroup.controllers is {:?}", c.trim());
@@ -403,6 +428,17 @@ mod tests {
         let e = discover(t.path()).unwrap_err();
         assert!(matches!(e, LayoutError::NoKubepods { .. }), "{e}");
         assert!(e.to_string().contains("no kubepods cgroup"));
+    }
+
+    /// EACCES on kubepods used to read as "cpu controller missing".
+    #[test]
+    fn unreadable_kubepods_is_permission_denied_not_missing_controller() {
+        let t = tempfile::tempdir().unwrap();
+        v2_kubepods(t.path(), "kubepods.slice");
+        let _deny = crate::cgroup::read::seam::deny(&t.path().join("kubepods.slice"));
+        let e = discover(t.path()).unwrap_err();
+        assert!(matches!(e, LayoutError::PermissionDenied { .. }), "{e}");
+        assert!(!e.to_string().contains("cpu controller"), "{e}");
     }
 
     #[test]

@@ -12,6 +12,7 @@
 
 pub mod layout;
 pub mod parse;
+pub mod read;
 pub mod scan;
 mod types;
 

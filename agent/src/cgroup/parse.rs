@@ -16,6 +16,23 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ParseError> {
     Err(ParseError(msg.into()))
 }
 
+/// Longest piece of file content an error quotes: a 13 MB file must not be
+/// echoed whole into logs and terminals.
+const QUOTE_MAX: usize = 48;
+
+/// `s` Debug-quoted, cut to [`QUOTE_MAX`] bytes (on a char boundary) with
+/// the total length when longer.
+pub fn quote(s: &str) -> String {
+    if s.len() <= QUOTE_MAX {
+        return format!("{s:?}");
+    }
+    let mut end = QUOTE_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}… ({} bytes)", &s[..end], s.len())
+}
+
 fn text(b: &[u8]) -> Result<&str, ParseError> {
     std::str::from_utf8(b).map_err(|_| ParseError("not UTF-8".into()))
 }
@@ -23,28 +40,46 @@ fn text(b: &[u8]) -> Result<&str, ParseError> {
 fn int(tok: &str, what: &str) -> Result<u64, ParseError> {
     // `u64::from_str` accepts a leading '+'; the kernel never writes one.
     if tok.is_empty() || !tok.bytes().all(|c| c.is_ascii_digit()) {
-        return err(format!("{what}: {tok:?} is not an unsigned integer"));
+        return err(format!("{what}: {} is not an unsigned integer", quote(tok)));
     }
     tok.parse()
-        .map_err(|_| ParseError(format!("{what}: {tok:?} is out of range")))
+        .map_err(|_| ParseError(format!("{what}: {} is out of range", quote(tok))))
 }
 
+/// Bounds the kernel enforces on `cpu.max` writes (kernel/sched/core.c:
+/// `min_cfs_quota_period` 1 ms, `max_cfs_quota_period` 1 s, and a quota of at
+/// least 1 ms); the kubelet clamps to the same floor. A value outside them was
+/// not written by a kernel, so it is malformed, not a limit.
+pub const PERIOD_US: std::ops::RangeInclusive<u64> = 1_000..=1_000_000;
+pub const MIN_QUOTA_US: u64 = 1_000;
+
 /// `cpu.max`: `"<quota> <period>\n"` or `"max <period>\n"`. The period is
-/// read, never assumed; a zero period is malformed.
+/// read, never assumed; values outside the kernel's bounds are malformed.
 pub fn cpu_max(b: &[u8]) -> Result<CpuMax, ParseError> {
     let s = text(b)?;
     let mut it = s.split_ascii_whitespace();
     let (Some(q), Some(p), None) = (it.next(), it.next(), it.next()) else {
-        return err(format!("expected \"<quota|max> <period>\", got {s:?}"));
+        return err(format!(
+            "expected \"<quota|max> <period>\", got {}",
+            quote(s)
+        ));
     };
     let period_us = int(p, "period")?;
-    if period_us == 0 {
-        return err("period is 0");
+    if !PERIOD_US.contains(&period_us) {
+        return err(format!(
+            "period {period_us} µs outside the kernel's {}..={} µs",
+            PERIOD_US.start(),
+            PERIOD_US.end()
+        ));
     }
     let quota_us = if q == "max" {
         None
     } else {
-        Some(int(q, "quota")?)
+        let q = int(q, "quota")?;
+        if q < MIN_QUOTA_US {
+            return err(format!("quota {q} µs below the kernel's {MIN_QUOTA_US} µs"));
+        }
+        Some(q)
     };
     Ok(CpuMax {
         quota_us,
@@ -64,7 +99,7 @@ pub fn cpu_stat(b: &[u8]) -> Result<CpuStat, ParseError> {
             if line.trim().is_empty() {
                 continue;
             }
-            return err(format!("line {line:?} is not \"key value\""));
+            return err(format!("line {} is not \"key value\"", quote(line)));
         };
         let slot = match k {
             "usage_usec" => {
@@ -92,11 +127,11 @@ pub fn cpu_stat(b: &[u8]) -> Result<CpuStat, ParseError> {
 fn avg(tok: &str, key: &str) -> Result<f64, ParseError> {
     let v: f64 = tok
         .parse()
-        .map_err(|_| ParseError(format!("{key}: {tok:?} is not a number")))?;
+        .map_err(|_| ParseError(format!("{key}: {} is not a number", quote(tok))))?;
     // PSI averages are percentages; reject NaN/inf/negative so no consumer
     // has to guard against them.
     if !v.is_finite() || !(0.0..=100.0).contains(&v) {
-        return err(format!("{key}: {tok:?} is not a percentage"));
+        return err(format!("{key}: {} is not a percentage", quote(tok)));
     }
     Ok(v)
 }
@@ -105,7 +140,7 @@ fn psi_line(rest: &str) -> Result<PsiLine, ParseError> {
     let (mut a10, mut a60, mut a300, mut total) = (None, None, None, None);
     for kv in rest.split_ascii_whitespace() {
         let Some((k, v)) = kv.split_once('=') else {
-            return err(format!("{kv:?} is not key=value"));
+            return err(format!("{} is not key=value", quote(kv)));
         };
         match k {
             "avg10" => a10 = Some(avg(v, k)?),
@@ -123,7 +158,8 @@ fn psi_line(rest: &str) -> Result<PsiLine, ParseError> {
             total_us,
         }),
         _ => err(format!(
-            "PSI line {rest:?} lacks one of avg10 avg60 avg300 total"
+            "PSI line {} lacks one of avg10 avg60 avg300 total",
+            quote(rest)
         )),
     }
 }
@@ -141,7 +177,7 @@ pub fn pressure(b: &[u8]) -> Result<Pressure, ParseError> {
         match kind {
             "some" => some = Some(psi_line(rest)?),
             "full" => full = Some(psi_line(rest)?),
-            _ => return err(format!("unknown PSI line {line:?}")),
+            _ => return err(format!("unknown PSI line {}", quote(line))),
         }
     }
     match some {
@@ -244,6 +280,36 @@ mod tests {
         }
     }
 
+    /// Values no kernel writes were read as 1,000,000m and 0m.
+    #[test]
+    fn cpu_max_rejects_values_outside_kernel_bounds() {
+        for bad in [
+            &b"1000 1\n"[..],
+            b"0 100000\n",
+            b"999 100000\n",
+            b"max 999\n",
+            b"50000 1000001\n",
+        ] {
+            assert!(cpu_max(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+        for good in [&b"1000 1000\n"[..], b"1000 100000\n", b"max 1000000\n"] {
+            assert!(cpu_max(good).is_ok(), "{:?}", String::from_utf8_lossy(good));
+        }
+    }
+
+    #[test]
+    fn errors_quote_a_short_prefix_only() {
+        let big = format!("{} 100000", "9".repeat(13 << 20));
+        let e = cpu_max(big.as_bytes()).unwrap_err().to_string();
+        assert!(e.len() < 200, "{} bytes", e.len());
+        assert!(e.contains("bytes)"), "{e}");
+        let e = cpu_stat(format!("usage_usec 1\n{}\n", "x".repeat(100_000)).as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.len() < 200, "{} bytes", e.len());
+        assert_eq!(quote("é".repeat(40).as_str()).matches('é').count(), 24);
+    }
+
     const STAT: &[u8] = b"usage_usec 1234\nuser_usec 1000\nsystem_usec 234\n\
 nr_periods 50\nnr_throttled 5\nthrottled_usec 777\nnr_bursts 0\nburst_usec 0\n";
 
@@ -323,7 +389,7 @@ full avg10=0.75 avg60=0.10 avg300=0.00 total=600\n",
         }
 
         #[test]
-        fn cpu_max_round_trips(q in proptest::option::of(any::<u64>()), p in 1..u64::MAX) {
+        fn cpu_max_round_trips(q in proptest::option::of(MIN_QUOTA_US..u64::MAX), p in PERIOD_US) {
             let m = CpuMax { quota_us: q, period_us: p };
             prop_assert_eq!(cpu_max(format_cpu_max(&m).as_bytes()).unwrap(), m);
         }

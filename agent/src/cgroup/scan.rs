@@ -7,12 +7,11 @@
 //! file, each file is read once, and directory entries are classified by name
 //! before any `stat`.
 
-use std::fs::File;
-use std::io::{ErrorKind, Read};
 use std::path::{Path, PathBuf};
 
 use super::layout::{container_name, pod_uid, qos_dir};
 use super::parse::{self, ParseError};
+use super::read::{self, Buf, ReadError};
 use super::types::{
     CgroupError, CgroupSample, ContainerCgroup, ContainerRole, Layout, NodeSnapshot, PodCgroup,
 };
@@ -27,14 +26,11 @@ pub enum ScanError {
 /// Reads the whole tree under `root` as `layout` describes it. `at_us` is the
 /// caller's monotonic clock, stored in the snapshot for rate computations.
 pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, ScanError> {
-    let mut r = Reader {
-        path: root.join(&layout.kubepods),
-        buf: Buf::default(),
-        root: root.to_path_buf(),
-    };
+    let mut r = Reader::new(root, root.join(&layout.kubepods));
     let kubepods = r.sample().map_err(ScanError::Kubepods)?;
     let top = r.subdirs().map_err(ScanError::Kubepods)?;
     let mut pods = Vec::with_capacity(top.len());
+    let mut unlisted_qos = Vec::new();
     for name in &top {
         if let Some(uid) = pod_uid(name, layout.driver) {
             r.path.push(name);
@@ -42,9 +38,18 @@ pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, Sc
             r.path.pop();
         } else if let Some(qos) = qos_dir(name, layout.driver) {
             r.path.push(name);
-            // A QoS cgroup that vanished or cannot be listed holds no pods we
-            // can see; kubepods itself was fine, so this is not fatal.
-            let children = r.subdirs().unwrap_or_default();
+            // A QoS cgroup that vanished holds no pods; one that cannot be
+            // listed holds pods we cannot see, which is not the same: it is
+            // recorded so nobody reads its pods as gone.
+            let children = match r.subdirs() {
+                Ok(c) => c,
+                Err(CgroupError::Vanished(_)) => Vec::new(),
+                Err(e) => {
+                    unlisted_qos.push(qos);
+                    r.issues.push(e);
+                    Vec::new()
+                }
+            };
             for child in &children {
                 if let Some(uid) = pod_uid(child, layout.driver) {
                     r.path.push(child);
@@ -61,6 +66,8 @@ pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, Sc
         layout: layout.clone(),
         kubepods,
         pods,
+        unlisted_qos,
+        issues: r.issues,
     })
 }
 
@@ -86,11 +93,7 @@ pub fn rescan(
     at_us: u64,
     depth: impl Fn(&PodCgroup) -> Depth,
 ) -> Result<NodeSnapshot, ScanError> {
-    let mut r = Reader {
-        path: root.join(&index.layout.kubepods),
-        buf: Buf::default(),
-        root: root.to_path_buf(),
-    };
+    let mut r = Reader::new(root, root.join(&index.layout.kubepods));
     let kubepods = r.sample().map_err(ScanError::Kubepods)?;
     let mut pods = Vec::new();
     for p in &index.pods {
@@ -109,7 +112,7 @@ pub fn rescan(
                 cpu_stat,
                 ..old.clone()
             }),
-            (Err(e), _) => Err(e),
+            (Err(e), _) => Err(r.noted(e)),
             (Ok(_), Err(e)) => Err(e.clone()),
         };
         pods.push(PodCgroup {
@@ -122,6 +125,8 @@ pub fn rescan(
         layout: index.layout.clone(),
         kubepods,
         pods,
+        unlisted_qos: index.unlisted_qos.clone(),
+        issues: r.issues,
     })
 }
 
@@ -147,34 +152,8 @@ struct Reader {
     path: PathBuf,
     buf: Buf,
     root: PathBuf,
-}
-
-/// A reusable read buffer: `data[..len]` holds the last file read.
-#[derive(Default)]
-struct Buf {
-    data: Vec<u8>,
-    len: usize,
-}
-
-/// Reads `f` to EOF into `b`. Unlike `read_to_end`/`fs::read` it does not
-/// `statx` the file for a size hint (cgroupfs reports size 4096 or 0 anyway),
-/// which saves one syscall per file.
-fn read_all(f: &mut File, b: &mut Buf) -> std::io::Result<usize> {
-    b.len = 0;
-    if b.data.len() < 4096 {
-        b.data.resize(4096, 0);
-    }
-    loop {
-        match f.read(&mut b.data[b.len..]) {
-            Ok(0) => return Ok(b.len),
-            Ok(n) => b.len += n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-        if b.len == b.data.len() {
-            b.data.resize(b.len * 2, 0);
-        }
-    }
+    /// Errors met so far (see [`NodeSnapshot::issues`]).
+    issues: Vec<CgroupError>,
 }
 
 enum Read1 {
@@ -183,8 +162,13 @@ enum Read1 {
 }
 
 impl Reader {
-    fn data(&self) -> &[u8] {
-        &self.buf.data[..self.buf.len]
+    fn new(root: &Path, path: PathBuf) -> Self {
+        Reader {
+            path,
+            buf: Buf::default(),
+            root: root.to_path_buf(),
+            issues: Vec::new(),
+        }
     }
 
     fn rel(&self) -> PathBuf {
@@ -193,23 +177,45 @@ impl Reader {
             .map_or_else(|_| self.path.clone(), Path::to_path_buf)
     }
 
-    fn io_err(&self, e: std::io::Error) -> CgroupError {
-        CgroupError::Io {
-            path: self.path.clone(),
-            reason: e.to_string(),
+    /// Records `e` (vanished cgroups are churn, not trouble) and returns it.
+    fn noted(&mut self, e: CgroupError) -> CgroupError {
+        if !matches!(e, CgroupError::Vanished(_)) {
+            self.issues.push(e.clone());
+        }
+        e
+    }
+
+    /// `e` on `self.path`, typed.
+    fn error(&self, e: ReadError) -> CgroupError {
+        let path = self.path.clone();
+        match e {
+            ReadError::PermissionDenied(source) => CgroupError::PermissionDenied {
+                path,
+                source: source.into(),
+            },
+            ReadError::Symlink => CgroupError::NotRegular {
+                path,
+                what: "a symlink",
+            },
+            ReadError::NotRegular(what) => CgroupError::NotRegular { path, what },
+            ReadError::TooLarge => CgroupError::TooLarge {
+                path,
+                limit: read::MAX_FILE,
+            },
+            ReadError::NotFound(source) | ReadError::Io(source) => CgroupError::Io {
+                path,
+                source: source.into(),
+            },
         }
     }
 
     /// Reads `file` of the current cgroup into `self.buf`.
     fn read(&mut self, file: &str) -> Result<Read1, CgroupError> {
         self.path.push(file);
-        let res = File::open(&self.path).and_then(|mut f| read_all(&mut f, &mut self.buf));
-        let out = match res {
-            Ok(_) => Ok(Read1::Ok),
-            Err(e) if e.kind() == ErrorKind::NotFound => Ok(Read1::NotFound),
-            // ENODEV: cgroup removed while open (kernel returns it on rmdir races).
-            Err(e) if e.raw_os_error() == Some(nix::libc::ENODEV) => Ok(Read1::NotFound),
-            Err(e) => Err(self.io_err(e)),
+        let out = match read::read_into(&self.path, &mut self.buf) {
+            Ok(()) => Ok(Read1::Ok),
+            Err(ReadError::NotFound(_)) => Ok(Read1::NotFound),
+            Err(e) => Err(self.error(e)),
         };
         self.path.pop();
         out
@@ -238,46 +244,60 @@ impl Reader {
         p: fn(&[u8]) -> Result<T, ParseError>,
     ) -> Result<T, CgroupError> {
         match self.read(file)? {
-            Read1::Ok => p(self.data()).map_err(|e| self.malformed(file, e)),
+            Read1::Ok => p(self.buf.bytes()).map_err(|e| self.malformed(file, e)),
             Read1::NotFound => Err(self.absent(file)),
         }
     }
 
-    fn optional<T>(
-        &mut self,
-        file: &str,
-        p: fn(&[u8]) -> Result<T, ParseError>,
-    ) -> Result<Option<T>, CgroupError> {
-        // PSI disabled in the kernel: reading cpu.pressure fails with EOPNOTSUPP.
-        match self.read(file) {
-            Ok(Read1::Ok) => p(self.data())
-                .map(Some)
-                .map_err(|e| self.malformed(file, e)),
-            Ok(Read1::NotFound) => Ok(None),
-            Err(CgroupError::Io { .. }) if file == "cpu.pressure" => Ok(None),
+    /// A file whose trouble must not cost the cgroup's other values: any
+    /// error is recorded and reads as absent. (PSI disabled in the kernel
+    /// fails with EOPNOTSUPP, which is absent too.)
+    fn optional<T>(&mut self, file: &str, p: fn(&[u8]) -> Result<T, ParseError>) -> Option<T> {
+        let res = match self.read(file) {
+            Ok(Read1::Ok) => p(self.buf.bytes()).map_err(|e| self.malformed(file, e)),
+            Ok(Read1::NotFound) => return None,
+            Err(CgroupError::Io { source, .. })
+                if source.0.raw_os_error() == Some(nix::libc::EOPNOTSUPP) =>
+            {
+                return None;
+            }
             Err(e) => Err(e),
-        }
+        };
+        res.map_err(|e| self.noted(e)).ok()
     }
 
+    /// Reads every file before judging, so one bad file never hides
+    /// another's good value from the issues list.
     fn sample(&mut self) -> Result<CgroupSample, CgroupError> {
-        Ok(CgroupSample {
-            cpu_max: self.required("cpu.max", parse::cpu_max)?,
-            cpu_stat: self.required("cpu.stat", parse::cpu_stat)?,
-            pressure: self.optional("cpu.pressure", parse::pressure)?,
-            weight: self.optional("cpu.weight", parse::weight)?,
-        })
+        let cpu_max = self.required("cpu.max", parse::cpu_max);
+        let cpu_stat = self.required("cpu.stat", parse::cpu_stat);
+        let pressure = self.optional("cpu.pressure", parse::pressure);
+        let weight = self.optional("cpu.weight", parse::weight);
+        match (cpu_max, cpu_stat) {
+            (Ok(cpu_max), Ok(cpu_stat)) => Ok(CgroupSample {
+                cpu_max,
+                cpu_stat,
+                pressure,
+                weight,
+            }),
+            (Err(e), stat) => {
+                if let Err(e2) = stat {
+                    self.noted(e2);
+                }
+                Err(self.noted(e))
+            }
+            (Ok(_), Err(e)) => Err(self.noted(e)),
+        }
     }
 
     /// Names of the current cgroup's child directories. Interface files all
     /// contain a '.' and none ends in `.slice`/`.scope`, so most entries are
     /// dropped by name without a `stat`.
     fn subdirs(&mut self) -> Result<Vec<String>, CgroupError> {
-        let rd = match std::fs::read_dir(&self.path) {
+        let rd = match read::list_dir(&self.path) {
             Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                return Err(CgroupError::Vanished(self.rel()));
-            }
-            Err(e) => return Err(self.io_err(e)),
+            Err(ReadError::NotFound(_)) => return Err(CgroupError::Vanished(self.rel())),
+            Err(e) => return Err(self.error(e)),
         };
         let mut out = Vec::new();
         for e in rd.flatten() {
@@ -298,23 +318,30 @@ impl Reader {
         let path = self.rel();
         let sample = self.sample();
         let mut containers = Vec::new();
-        if let Ok(children) = self.subdirs() {
-            containers.reserve(children.len());
-            for name in &children {
-                let Some((runtime, id, role)) = container_name(name) else {
-                    continue;
-                };
-                self.path.push(name);
-                let cpu_max = self.required("cpu.max", parse::cpu_max);
-                containers.push(ContainerCgroup {
-                    id: id.to_owned(),
-                    runtime,
-                    role,
-                    path: self.rel(),
-                    cpu_max,
-                });
-                self.path.pop();
+        let mut containers_unlisted = None;
+        match self.subdirs() {
+            Ok(children) => {
+                containers.reserve(children.len());
+                for name in &children {
+                    let Some((runtime, id, role)) = container_name(name) else {
+                        continue;
+                    };
+                    self.path.push(name);
+                    let cpu_max = self
+                        .required("cpu.max", parse::cpu_max)
+                        .map_err(|e| self.noted(e));
+                    containers.push(ContainerCgroup {
+                        id: id.to_owned(),
+                        runtime,
+                        role,
+                        path: self.rel(),
+                        cpu_max,
+                    });
+                    self.path.pop();
+                }
             }
+            Err(CgroupError::Vanished(_)) => {}
+            Err(e) => containers_unlisted = Some(self.noted(e)),
         }
         containers.sort_by(|a, b| a.path.cmp(&b.path));
         PodCgroup {
@@ -323,6 +350,7 @@ impl Reader {
             path,
             sample,
             containers,
+            containers_unlisted,
         }
     }
 }
@@ -489,11 +517,10 @@ mod tests {
     #[test]
     fn vanished_pod_is_reported_as_vanished() {
         let (t, l) = tree();
-        let mut r = Reader {
-            path: t.path().join("kubepods.slice/kubepods-podgone.slice"),
-            buf: Buf::default(),
-            root: t.path().to_path_buf(),
-        };
+        let mut r = Reader::new(
+            t.path(),
+            t.path().join("kubepods.slice/kubepods-podgone.slice"),
+        );
         let p = r.pod("gone".into(), Qos::Guaranteed);
         assert_eq!(
             p.sample,
@@ -532,6 +559,132 @@ mod tests {
         let s = scan(t.path(), &l, 0).unwrap();
         let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
         assert_eq!(gp.sample.as_ref().unwrap().cpu_stat.usage_usec, 4242);
+    }
+
+    /// EACCES on a QoS directory made its pods vanish silently.
+    #[test]
+    fn unlistable_qos_dir_is_reported_not_empty() {
+        let (t, l) = tree();
+        let bu = t.path().join("kubepods.slice/kubepods-burstable.slice");
+        let _deny = read::seam::deny(&bu);
+        let s = scan(t.path(), &l, 0).unwrap();
+        assert_eq!(s.unlisted_qos, vec![Qos::Burstable]);
+        assert_eq!(s.pods.len(), 1, "only the Guaranteed pod is visible");
+        assert!(
+            matches!(&s.issues[..], [CgroupError::PermissionDenied { path, .. }] if *path == bu),
+            "{:?}",
+            s.issues
+        );
+    }
+
+    #[test]
+    fn unreadable_pod_dir_is_permission_denied_on_that_pod() {
+        let (t, l) = tree();
+        let g = t
+            .path()
+            .join("kubepods.slice/kubepods-pod11111111_2222.slice");
+        let _deny = read::seam::deny(&g);
+        let s = scan(t.path(), &l, 0).unwrap();
+        assert_eq!(s.pods.len(), 2, "the pod stays in the snapshot");
+        let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
+        assert!(
+            gp.sample
+                .as_ref()
+                .is_err_and(CgroupError::is_permission_denied),
+            "{:?}",
+            gp.sample
+        );
+        assert!(
+            gp.containers_unlisted
+                .as_ref()
+                .is_some_and(CgroupError::is_permission_denied)
+        );
+        assert!(s.issues.iter().all(CgroupError::is_permission_denied));
+        assert!(!s.issues.is_empty());
+    }
+
+    /// Malformed PSI used to make the whole kubepods sample (and the tick)
+    /// fail, while a missing file was fine; on a pod it hid a good cpu.max.
+    #[test]
+    fn malformed_psi_reads_as_absent_and_is_reported() {
+        let (t, l) = tree();
+        let kp = t.path().join("kubepods.slice");
+        let g = kp.join("kubepods-pod11111111_2222.slice");
+        fs::write(
+            kp.join("cpu.pressure"),
+            "some avg10=nan avg60=0 avg300=0 total=0\n",
+        )
+        .unwrap();
+        fs::write(g.join("cpu.pressure"), "garbage\n").unwrap();
+        fs::write(g.join("cpu.weight"), "0\n").unwrap();
+        let s = scan(t.path(), &l, 0).unwrap();
+        assert_eq!(s.kubepods.pressure, None);
+        let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
+        let smp = gp.sample.as_ref().unwrap();
+        assert_eq!(smp.cpu_max.millicores(), Some(500), "cpu.max kept");
+        assert_eq!((smp.pressure, smp.weight), (None, None));
+        assert_eq!(s.issues.len(), 3, "{:?}", s.issues);
+        assert!(
+            s.issues
+                .iter()
+                .all(|e| matches!(e, CgroupError::Malformed { .. }))
+        );
+    }
+
+    /// A symlink to /dev/zero made the scan allocate 4 GiB and abort; a FIFO
+    /// hung it; a 13 MB file was read and echoed whole.
+    #[test]
+    fn hostile_files_cost_one_error_each() {
+        let (t, l) = tree();
+        let kp = t.path().join("kubepods.slice");
+        let g = kp.join("kubepods-pod11111111_2222.slice");
+        let bu = kp.join("kubepods-burstable.slice/kubepods-burstable-pod33333333_4444.slice");
+        fs::remove_file(g.join("cpu.max")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", g.join("cpu.max")).unwrap();
+        fs::remove_file(bu.join("cpu.max")).unwrap();
+        nix::unistd::mkfifo(
+            &bu.join("cpu.max"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let c = g.join(format!("cri-containerd-{A}.scope/cpu.max"));
+        fs::write(&c, format!("{} 100000\n", "9".repeat(13 << 20))).unwrap();
+        let t0 = std::time::Instant::now();
+        let s = scan(t.path(), &l, 0).unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
+        assert!(
+            matches!(
+                &gp.sample,
+                Err(CgroupError::NotRegular {
+                    what: "a symlink",
+                    ..
+                })
+            ),
+            "{:?}",
+            gp.sample
+        );
+        assert!(matches!(
+            &gp.containers[0].cpu_max,
+            Err(CgroupError::TooLarge { .. })
+        ));
+        let bp = s.pods.iter().find(|p| p.qos == Qos::Burstable).unwrap();
+        assert!(
+            matches!(
+                &bp.sample,
+                Err(CgroupError::NotRegular { what: "a FIFO", .. })
+            ),
+            "{:?}",
+            bp.sample
+        );
+        for e in &s.issues {
+            assert!(e.to_string().len() < 300, "{e}");
+        }
+        // kubepods itself: the tick fails, with a short message.
+        fs::remove_file(kp.join("cpu.max")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", kp.join("cpu.max")).unwrap();
+        let e = scan(t.path(), &l, 0).unwrap_err().to_string();
+        assert!(e.contains("symlink"), "{e}");
     }
 
     #[test]

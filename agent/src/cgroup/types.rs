@@ -3,6 +3,7 @@
 //! these and nothing else of the filesystem.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::model::Qos;
 
@@ -80,7 +81,37 @@ pub struct Layout {
     pub kubepods: PathBuf,
 }
 
-/// Why one cgroup (or one file of it) could not be read.
+/// An `io::Error` that snapshots can clone and compare (by kind and errno).
+#[derive(Debug, Clone)]
+pub struct IoError(pub Arc<std::io::Error>);
+
+impl PartialEq for IoError {
+    fn eq(&self, o: &Self) -> bool {
+        self.0.kind() == o.0.kind() && self.0.raw_os_error() == o.0.raw_os_error()
+    }
+}
+
+impl Eq for IoError {}
+
+impl std::fmt::Display for IoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for IoError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+impl From<std::io::Error> for IoError {
+    fn from(e: std::io::Error) -> Self {
+        IoError(Arc::new(e))
+    }
+}
+
+/// Why one cgroup (or one file or directory of it) could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CgroupError {
     /// The cgroup directory is gone (pod deleted between listing and reading).
@@ -88,10 +119,33 @@ pub enum CgroupError {
     Vanished(PathBuf),
     #[error("{0} is missing")]
     Missing(PathBuf),
+    /// `reason` quotes at most a short prefix of the content.
     #[error("{path}: malformed: {reason}")]
     Malformed { path: PathBuf, reason: String },
-    #[error("{path}: {reason}")]
-    Io { path: PathBuf, reason: String },
+    /// EACCES/EPERM: the agent may not read it. Not the same as absent.
+    #[error("{path}: permission denied")]
+    PermissionDenied {
+        path: PathBuf,
+        #[source]
+        source: IoError,
+    },
+    /// A symlink, FIFO, device… where the kernel puts a regular file.
+    #[error("{path}: {what}; not read")]
+    NotRegular { path: PathBuf, what: &'static str },
+    #[error("{path}: larger than {limit} bytes; not read")]
+    TooLarge { path: PathBuf, limit: usize },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: IoError,
+    },
+}
+
+impl CgroupError {
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, CgroupError::PermissionDenied { .. })
+    }
 }
 
 /// Files of one cgroup that Headroom reads every tick.
@@ -99,7 +153,8 @@ pub enum CgroupError {
 pub struct CgroupSample {
     pub cpu_max: CpuMax,
     pub cpu_stat: CpuStat,
-    /// Absent where the kernel has no PSI for this cgroup.
+    /// Absent where the kernel has no PSI for this cgroup, and where
+    /// `cpu.pressure` could not be read or parsed (see the snapshot's issues).
     pub pressure: Option<Pressure>,
     pub weight: Option<u64>,
 }
@@ -138,6 +193,9 @@ pub struct PodCgroup {
     pub path: PathBuf,
     pub sample: Result<CgroupSample, CgroupError>,
     pub containers: Vec<ContainerCgroup>,
+    /// Why the container cgroups could not be listed (then `containers` is
+    /// empty because they are unknown, not because there are none).
+    pub containers_unlisted: Option<CgroupError>,
 }
 
 /// One read of the whole kubepods tree.
@@ -148,4 +206,10 @@ pub struct NodeSnapshot {
     pub layout: Layout,
     pub kubepods: CgroupSample,
     pub pods: Vec<PodCgroup>,
+    /// QoS classes whose directory could not be listed: their pods are
+    /// unknown this scan, not gone.
+    pub unlisted_qos: Vec<Qos>,
+    /// Every error met while reading this snapshot (vanished cgroups aside),
+    /// including those also kept on a pod: for logs and counters.
+    pub issues: Vec<CgroupError>,
 }

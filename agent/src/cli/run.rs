@@ -72,6 +72,10 @@ pub struct Args {
     /// to 100 [default: 40].
     #[arg(long)]
     pub pressure_full: Option<f64>,
+    /// /readyz answers 503 after this many ticks in a row fail to read the
+    /// cgroup tree (unusable kubepods files, a scan that hangs).
+    #[arg(long, default_value_t = metrics::DEFAULT_UNREADY_AFTER, value_parser = clap::value_parser!(u32).range(1..))]
+    pub unready_after_failed_ticks: u32,
 }
 
 /// The policy config file (TOML, or JSON when it ends in `.json`), or the
@@ -146,7 +150,7 @@ async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
         kubepods = %layout.kubepods.display(), dry_run = a.dry_run, "starting");
     let client = client(a.kubeconfig.as_ref()).await?;
     let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")));
-    let readiness = Arc::new(Readiness::default());
+    let readiness = Arc::new(Readiness::new(a.unready_after_failed_ticks));
     let listener = metrics::bind(a.metrics_addr)
         .await
         .with_context(|| format!("binding metrics address {}", a.metrics_addr))?;
@@ -197,6 +201,7 @@ async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
         tokio::select! {
             _ = ticker.tick() => {
                 agent.tick().await;
+                readiness.tick_done(agent.last_tick_ok());
                 if let Some(snap) = agent.snapshot() {
                     readiness.set_first_scan_done();
                     // Re-sync watches when the set of pod cgroups changed.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use headroom::cgroup::{self, CpuMax, NodeSnapshot};
-use headroom::slack::{self, CapacityInputs, NodeSlack};
+use headroom::slack::{self, CapacityInputs, NodeSlack, UsageBasis};
 use serde_json::{Value, json};
 
 #[derive(Debug, clap::Args)]
@@ -40,17 +40,40 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         online_cpus: slack::online_cpus_at(&a.cgroup_root),
     };
     let s = slack::measure(&prev, &cur, cap);
-    for p in &cur.pods {
-        if let Err(e) = &p.sample {
-            tracing::warn!(uid = %p.uid, "{e}");
-        }
+    for e in &cur.issues {
+        tracing::warn!("{e}");
     }
     if a.json {
         println!("{}", report_json(&cur, &s));
     } else {
         print!("{}", report_text(&cur, &s));
     }
-    Ok(ExitCode::SUCCESS)
+    // A tree the agent may not fully read gives an incomplete answer: say
+    // so in the exit status too, not only in the text.
+    Ok(if incomplete(&cur) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Whether pods may be missing or unread because of permissions.
+pub fn incomplete(cur: &NodeSnapshot) -> bool {
+    !cur.unlisted_qos.is_empty()
+        || cur
+            .issues
+            .iter()
+            .any(cgroup::CgroupError::is_permission_denied)
+}
+
+fn usage_source(s: &NodeSlack) -> &'static str {
+    match s.usage_basis {
+        UsageBasis::Kubepods => "kubepods cpu.stat",
+        UsageBasis::PodSum => {
+            "sum of pods: kubepods usage_usec went backwards (counter reset seen)"
+        }
+        UsageBasis::None => "none: the samples are not ordered in time",
+    }
 }
 
 fn max_m(m: &Result<CpuMax, cgroup::CgroupError>) -> Option<u64> {
@@ -100,6 +123,7 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeSlack) -> Value {
             "capacity_source": s.capacity_source,
             "usage_millicores": s.usage_m,
             "usage_basis": s.usage_basis,
+            "usage_source": usage_source(s),
             "slack_millicores": s.slack_m,
             "pressure_some_avg10": s.pressure_some_avg10,
             "pressure_full_avg10": s.pressure_full_avg10,
@@ -110,6 +134,9 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeSlack) -> Value {
         },
         "pods": pods,
         "vanished": s.vanished,
+        "unlisted_qos": cur.unlisted_qos,
+        "issues": cur.issues.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+        "incomplete": incomplete(cur),
     })
 }
 
@@ -144,6 +171,29 @@ pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
         s.interval_us as f64 / 1e6,
         cur.pods.len(),
     );
+    let _ = writeln!(o, "  usage source: {}", usage_source(s));
+    for q in &cur.unlisted_qos {
+        let _ = writeln!(
+            o,
+            "  {} pods: NOT LISTED (directory unreadable): pod count and usage rows are incomplete",
+            q.as_str()
+        );
+    }
+    if !cur.issues.is_empty() {
+        let denied = cur
+            .issues
+            .iter()
+            .filter(|e| e.is_permission_denied())
+            .count();
+        let _ = writeln!(
+            o,
+            "  read errors: {} ({denied} permission denied)",
+            cur.issues.len()
+        );
+        for e in &cur.issues {
+            let _ = writeln!(o, "    {e}");
+        }
+    }
     let _ = writeln!(
         o,
         "\n{:<36}  {:<10}  {:>10}  {:>7}  {:>9}  containers (runtime:id=cpu.max)",

@@ -6,9 +6,12 @@ pub mod probe;
 pub mod registry;
 pub mod server;
 
-pub use registry::{Direction, Metrics, NodeValues, PatchErrorClass, PodValues, ResizeResult};
+pub use registry::{
+    Direction, Metrics, NodeValues, PatchErrorClass, PodValues, ResizeResult, ScanErrorKind,
+};
 pub use server::{
-    ConnLimits, DEFAULT_ADDR, Readiness, bind, serve, serve_listener, serve_listener_with,
+    ConnLimits, DEFAULT_ADDR, DEFAULT_UNREADY_AFTER, Readiness, bind, serve, serve_listener,
+    serve_listener_with,
 };
 
 #[cfg(test)]

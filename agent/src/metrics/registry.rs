@@ -107,6 +107,45 @@ pub struct DriftEventLabels {
     pub cgroup: CgroupKind,
 }
 
+/// What went wrong reading cgroups. The first three fail a whole tick;
+/// the others are one file or directory, the tick goes on without it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ScanErrorKind {
+    /// kubepods' own files unusable: the tick was skipped.
+    kubepods,
+    /// The scan did not finish within the tick deadline: the tick was skipped.
+    timeout,
+    /// kubepods `usage_usec` went backwards: that interval's usage was skipped.
+    counter_reset,
+    permission_denied,
+    malformed,
+    missing,
+    /// A symlink, FIFO or device where a regular file belongs.
+    not_regular_file,
+    too_large,
+    io,
+}
+
+impl ScanErrorKind {
+    pub fn of(e: &crate::cgroup::CgroupError) -> Self {
+        use crate::cgroup::CgroupError as E;
+        match e {
+            E::PermissionDenied { .. } => Self::permission_denied,
+            E::Malformed { .. } => Self::malformed,
+            E::Missing(_) | E::Vanished(_) => Self::missing,
+            E::NotRegular { .. } => Self::not_regular_file,
+            E::TooLarge { .. } => Self::too_large,
+            E::Io { .. } => Self::io,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScanErrorLabels {
+    pub kind: ScanErrorKind,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
@@ -161,6 +200,7 @@ pub struct Metrics {
     pub scan_duration: Histogram,
     pub decision_duration: Histogram,
     pub patch_errors: Family<PatchErrorLabels, Counter>,
+    pub scan_errors: Family<ScanErrorLabels, Counter>,
     /// Pods with series, and their drifting containers ("" = pod cgroup):
     /// families cannot be iterated, so this is what makes removal possible.
     index: Mutex<HashMap<PodLabels, BTreeSet<String>>>,
@@ -205,6 +245,7 @@ impl Metrics {
             scan_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 14)),
             decision_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 14)),
             patch_errors: Family::default(),
+            scan_errors: Family::default(),
             index: Mutex::new(HashMap::new()),
             registry: Registry::default(),
             node_registry: Registry::default(),
@@ -307,6 +348,11 @@ impl Metrics {
             m.patch_errors.clone(),
         );
         r.register(
+            "scan_errors",
+            "cgroup read errors by kind; kubepods, timeout and counter_reset skip a tick's decisions",
+            m.scan_errors.clone(),
+        );
+        r.register(
             "build",
             "Build information",
             Info::new(BuildLabels {
@@ -350,6 +396,12 @@ impl Metrics {
         let _ = encode_registry(&mut s, &self.registry);
         let _ = encode_eof(&mut s);
         s
+    }
+
+    pub fn scan_error(&self, kind: ScanErrorKind) {
+        self.scan_errors
+            .get_or_create(&ScanErrorLabels { kind })
+            .inc();
     }
 
     pub fn set_node(&self, v: &NodeValues) {

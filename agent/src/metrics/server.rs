@@ -13,7 +13,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -73,15 +73,38 @@ impl Default for ConnLimits {
 /// probes are a few hundred bytes.
 const READ_BUF_MAX: usize = 8192;
 
+/// Consecutive failed ticks after which `/readyz` answers 503 by default.
+pub const DEFAULT_UNREADY_AFTER: u32 = 3;
+
 /// Shared readiness: ready once the pod watch has synced and the first
-/// cgroup scan is done. Set by the run loop, read by `/readyz`.
-#[derive(Debug, Default)]
+/// cgroup scan is done, and until `unready_after` ticks in a row fail (a
+/// stuck or unreadable cgroup tree must not look healthy). Set by the run
+/// loop, read by `/readyz`.
+#[derive(Debug)]
 pub struct Readiness {
     pods_synced: AtomicBool,
     first_scan_done: AtomicBool,
+    failed_ticks: AtomicU32,
+    unready_after: u32,
+}
+
+impl Default for Readiness {
+    fn default() -> Self {
+        Self::new(DEFAULT_UNREADY_AFTER)
+    }
 }
 
 impl Readiness {
+    /// `unready_after` is at least 1.
+    pub fn new(unready_after: u32) -> Self {
+        Readiness {
+            pods_synced: AtomicBool::new(false),
+            first_scan_done: AtomicBool::new(false),
+            failed_ticks: AtomicU32::new(0),
+            unready_after: unready_after.max(1),
+        }
+    }
+
     pub fn set_pods_synced(&self) {
         self.pods_synced.store(true, Ordering::Release);
     }
@@ -90,8 +113,23 @@ impl Readiness {
         self.first_scan_done.store(true, Ordering::Release);
     }
 
+    /// Records one tick's outcome: a success resets the failure streak.
+    pub fn tick_done(&self, ok: bool) {
+        if ok {
+            self.failed_ticks.store(0, Ordering::Release);
+        } else {
+            self.failed_ticks.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    pub fn failed_ticks(&self) -> u32 {
+        self.failed_ticks.load(Ordering::Acquire)
+    }
+
     pub fn is_ready(&self) -> bool {
-        self.pods_synced.load(Ordering::Acquire) && self.first_scan_done.load(Ordering::Acquire)
+        self.pods_synced.load(Ordering::Acquire)
+            && self.first_scan_done.load(Ordering::Acquire)
+            && self.failed_ticks() < self.unready_after
     }
 }
 
@@ -138,6 +176,13 @@ pub fn respond<B>(
         }
         "/healthz" => text(StatusCode::OK, "ok\n"),
         "/readyz" if readiness.is_ready() => text(StatusCode::OK, "ready\n"),
+        "/readyz" if readiness.failed_ticks() >= readiness.unready_after => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "not ready: the last {} ticks failed to read the cgroup tree\n",
+                readiness.failed_ticks()
+            ),
+        ),
         "/readyz" => text(
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: waiting for pod watch sync and first cgroup scan\n",

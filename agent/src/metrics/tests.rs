@@ -276,6 +276,45 @@ async fn healthz_is_ok_and_readyz_waits_for_sync_and_scan() {
     assert_eq!(get(addr, "/nope", None).await.status, 404);
 }
 
+/// Failed ticks (malformed kubepods files, a stuck scan) left /readyz at 200
+/// with frozen gauges.
+#[tokio::test]
+async fn readyz_turns_503_after_n_failed_ticks_and_recovers() {
+    let ready = Arc::new(Readiness::new(3));
+    ready.set_pods_synced();
+    ready.set_first_scan_done();
+    let m = Arc::new(Metrics::new("t"));
+    let (addr, _stop) = start(m.clone(), ready.clone()).await;
+    for _ in 0..2 {
+        ready.tick_done(false);
+        assert_eq!(get(addr, "/readyz", None).await.status, 200);
+    }
+    ready.tick_done(false);
+    let r = get(addr, "/readyz", None).await;
+    assert_eq!(r.status, 503);
+    assert!(r.body.contains("last 3 ticks failed"), "{}", r.body);
+    assert_eq!(get(addr, "/healthz", None).await.status, 200);
+    ready.tick_done(true);
+    assert_eq!(get(addr, "/readyz", None).await.status, 200);
+
+    m.scan_error(ScanErrorKind::kubepods);
+    m.scan_error(ScanErrorKind::permission_denied);
+    m.scan_error(ScanErrorKind::permission_denied);
+    let s = parse(&m.encode_prometheus());
+    assert_eq!(
+        value(&s, "headroom_scan_errors_total", &[("kind", "kubepods")]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &s,
+            "headroom_scan_errors_total",
+            &[("kind", "permission_denied")]
+        ),
+        2.0
+    );
+}
+
 #[tokio::test]
 async fn non_get_is_refused() {
     let req = hyper::Request::post("/metrics").body(()).unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 
-use crate::cgroup::{self, Depth, Layout, NodeSnapshot, PodCgroup};
+use crate::cgroup::{self, Depth, Layout, NodeSnapshot, PodCgroup, ScanError};
 use crate::kube::classify::{Outcome, Refusal};
 use crate::kube::events::{
     EventSink, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED,
@@ -22,10 +22,10 @@ use crate::kube::events::{
 use crate::kube::patch::{ContainerLimit, LimitChange};
 use crate::kube::resize;
 use crate::kube::watch::Caches;
-use crate::metrics::{self, Metrics, PatchErrorClass, ResizeResult};
+use crate::metrics::{self, Metrics, PatchErrorClass, ResizeResult, ScanErrorKind};
 use crate::model::{ContainerKind, Millis, PodView, Qos};
 use crate::policy::{Direction, PatchKind, PatchPlan, PolicyConfig, TokenBucket, Unmanaged};
-use crate::slack::{self, CapacityInputs, NodeSlack};
+use crate::slack::{self, CapacityInputs, NodeSlack, UsageBasis};
 use crate::verify::{self, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker};
 
 use memory::Memory;
@@ -37,6 +37,33 @@ const NEW_POD_RESCAN: Duration = Duration::from_secs(2);
 
 /// Wait before asking again after an inconclusive pod-level probe.
 const PROBE_RETRY: Duration = Duration::from_secs(30);
+
+/// Least time a cgroup scan may take before its tick counts as failed
+/// (the tick period, if longer). A scan is milliseconds; this is a hang.
+const MIN_SCAN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Why a tick read no usable snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum TickError {
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    #[error("cgroup scan still running after {0:?}")]
+    Timeout(Duration),
+    #[error("cgroup scan task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+impl TickError {
+    pub fn kind(&self) -> ScanErrorKind {
+        match self {
+            TickError::Scan(_) => ScanErrorKind::kubepods,
+            TickError::Timeout(_) => ScanErrorKind::timeout,
+            TickError::Join(_) => ScanErrorKind::io,
+        }
+    }
+}
+
+type ScanTask = tokio::task::JoinHandle<Result<NodeSnapshot, ScanError>>;
 
 /// Settings of the `run` loop (flags of `headroom-agent run`).
 #[derive(Debug, Clone)]
@@ -68,8 +95,17 @@ pub struct Agent {
     /// Direction of each in-flight resize, for the verified/unverified metric.
     inflight_dir: HashMap<String, Direction>,
     prev: Option<NodeSnapshot>,
-    /// Last full scan: where every pod's cgroup is.
-    index: Option<NodeSnapshot>,
+    /// Last full scan: where every pod's cgroup is (shared with the scan
+    /// task on the blocking pool).
+    index: Option<Arc<NodeSnapshot>>,
+    /// A scan that outlived its tick's deadline: no second one is started
+    /// while it runs.
+    stuck_scan: Option<ScanTask>,
+    /// Whether the last tick read a usable snapshot (for `/readyz`).
+    last_tick_ok: bool,
+    /// Issues logged at warn level last time, so a standing problem is not
+    /// logged every tick.
+    logged_issues: Vec<String>,
     index_uids: HashSet<String>,
     last_full: Option<Duration>,
     last_audit: Option<Duration>,
@@ -108,6 +144,9 @@ impl Agent {
             inflight_dir: HashMap::new(),
             prev: None,
             index: None,
+            stuck_scan: None,
+            last_tick_ok: true,
+            logged_issues: Vec::new(),
             index_uids: HashSet::new(),
             last_full: None,
             last_audit: None,
@@ -142,7 +181,73 @@ impl Agent {
     /// The last full scan (for the inotify watch set): a light rescan
     /// leaves out unmanaged pods, whose cpu.max must stay watched too.
     pub fn snapshot(&self) -> Option<&NodeSnapshot> {
-        self.index.as_ref().or(self.prev.as_ref())
+        self.index.as_deref().or(self.prev.as_ref())
+    }
+
+    /// Whether the last tick read a usable cgroup snapshot.
+    pub fn last_tick_ok(&self) -> bool {
+        self.last_tick_ok
+    }
+
+    /// Runs the scan on the blocking pool: a read that blocks (a hung
+    /// filesystem) must not stall the runtime thread that also serves
+    /// `/healthz`. A scan past its deadline fails the tick and is left to
+    /// finish alone; none is started beside it.
+    async fn read_tree(&mut self, full: bool, at_us: u64) -> Result<NodeSnapshot, TickError> {
+        let deadline = self.settings.tick.max(MIN_SCAN_DEADLINE);
+        if let Some(h) = &self.stuck_scan {
+            if !h.is_finished() {
+                return Err(TickError::Timeout(deadline));
+            }
+            self.stuck_scan = None; // its snapshot is stale: read afresh
+        }
+        let root = self.settings.cgroup_root.clone();
+        let layout = self.layout.clone();
+        let index = if full { None } else { self.index.clone() };
+        let inflight: HashSet<String> = self.inflight_dir.keys().cloned().collect();
+        let mut task = tokio::task::spawn_blocking(move || match index {
+            // Every Burstable pod's usage is read each tick, not only the
+            // managed ones': a pod that turns managed (or leaves a resize)
+            // with no usage yet would count its burst as other pods' usage
+            // for a tick and make the slack jump.
+            Some(index) => cgroup::rescan(&root, &index, at_us, |p| {
+                if inflight.contains(&p.uid) {
+                    Depth::Full
+                } else if p.qos == Qos::Burstable {
+                    Depth::Stat
+                } else {
+                    Depth::Skip
+                }
+            }),
+            None => cgroup::scan(&root, &layout, at_us),
+        });
+        match tokio::time::timeout(deadline, &mut task).await {
+            Ok(joined) => joined?.map_err(TickError::from),
+            Err(_) => {
+                self.stuck_scan = Some(task);
+                Err(TickError::Timeout(deadline))
+            }
+        }
+    }
+
+    /// Counts every read error of the snapshot; logs them when they change.
+    fn report_issues(&mut self, snap: &NodeSnapshot) {
+        for e in &snap.issues {
+            self.metrics.scan_error(ScanErrorKind::of(e));
+        }
+        let now: Vec<String> = snap.issues.iter().map(ToString::to_string).collect();
+        if now != self.logged_issues {
+            for e in &now {
+                tracing::warn!(error = %e, "cgroup read error");
+            }
+            for q in &snap.unlisted_qos {
+                tracing::warn!(
+                    qos = q.as_str(),
+                    "QoS cgroup not listable: its pods are unknown this scan (not counted as gone or drifting)"
+                );
+            }
+            self.logged_issues = now;
+        }
     }
 
     /// Pods of this node as views; pods that cannot be read are skipped
@@ -197,34 +302,21 @@ impl Agent {
                     .last_full
                     .is_none_or(|t| now.saturating_sub(t) >= NEW_POD_RESCAN));
         let at_us = now.as_micros() as u64;
-        let root = &self.settings.cgroup_root;
-        let scanned = match (&self.index, full) {
-            // Every Burstable pod's usage is read each tick, not only the
-            // managed ones': a pod that turns managed (or leaves a resize)
-            // with no usage yet would count its burst as other pods' usage
-            // for a tick and make the slack jump.
-            (Some(index), false) => cgroup::rescan(root, index, at_us, |p| {
-                if self.inflight_dir.contains_key(&p.uid) {
-                    Depth::Full
-                } else if p.qos == Qos::Burstable {
-                    Depth::Stat
-                } else {
-                    Depth::Skip
-                }
-            }),
-            _ => cgroup::scan(root, &self.layout, at_us),
-        };
-        let mut snap = match scanned {
+        let mut snap = match self.read_tree(full, at_us).await {
             Ok(s) => s,
             Err(e) => {
+                self.last_tick_ok = false;
+                self.metrics.scan_error(e.kind());
                 tracing::error!(error = %e, "cgroup scan failed; skipping this tick");
                 return None;
             }
         };
+        self.last_tick_ok = true;
+        self.report_issues(&snap);
         if full {
             self.last_full = Some(now);
             self.index_uids = snap.pods.iter().map(|p| p.uid.clone()).collect();
-            self.index = Some(snap.clone());
+            self.index = Some(Arc::new(snap.clone()));
         }
         mark_roles(&mut snap.pods, &views);
         self.metrics
@@ -244,6 +336,15 @@ impl Agent {
         };
         let slack = slack::measure(&prev, &cur, cap);
         drop(prev);
+        if slack.usage_basis != UsageBasis::Kubepods {
+            // kubepods' counter went backwards (or time did not advance): the
+            // interval's usage is unknown, and reading it as 0 would hand out
+            // the whole node as slack. Skip it; the next interval is clean.
+            self.metrics.scan_error(ScanErrorKind::counter_reset);
+            tracing::warn!(basis = ?slack.usage_basis, "kubepods usage_usec went backwards; skipping this interval's usage");
+            self.prev = Some(cur);
+            return None;
+        }
 
         let t_decide = Instant::now();
         let opted = self.caches.opted_in_namespaces();
@@ -283,7 +384,7 @@ impl Agent {
         if full {
             self.audit_requested = false;
             self.last_audit = Some(now);
-            for a in verify::audit(views.iter(), &cur.pods, self.layout.driver) {
+            for a in verify::audit_snapshot(views.iter(), &cur) {
                 drift_events.extend(self.drift.observe_pod(&a.uid, &a.mismatches, now));
             }
         }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::cgroup::{ContainerRole, CpuMax, Driver, PodCgroup};
+use crate::cgroup::{CgroupError, ContainerRole, CpuMax, Driver, NodeSnapshot, PodCgroup};
 use crate::model::PodView;
 use crate::quantity::format_cpu_millis;
 use crate::verify::expected::{DEFAULT_PERIOD_US, Expected, ExpectedMax, expected_cpu_max};
@@ -99,18 +99,27 @@ fn check(
 /// Container cgroups are found by the running container's id; containers
 /// that are not running are skipped, and cgroups of containers the spec does
 /// not name (sandbox) or that only share the id (CRI-O conmon) are ignored.
+///
+/// A `cpu.max` the agent may not read (EACCES), and containers of a pod
+/// cgroup it may not list, are unknown, never drift.
 pub fn compare(expected: &Expected, observed: &PodCgroup, driver: Driver) -> Vec<Mismatch> {
     let mut out = Vec::new();
-    out.extend(check(
-        Target::Pod,
-        expected.pod,
-        observed
-            .sample
-            .as_ref()
-            .map(|s| &s.cpu_max)
-            .map_err(|e| e.to_string()),
-        driver,
-    ));
+    let pod_denied = observed
+        .sample
+        .as_ref()
+        .is_err_and(CgroupError::is_permission_denied);
+    if !pod_denied {
+        out.extend(check(
+            Target::Pod,
+            expected.pod,
+            observed
+                .sample
+                .as_ref()
+                .map(|s| &s.cpu_max)
+                .map_err(|e| e.to_string()),
+            driver,
+        ));
+    }
     for c in &expected.containers {
         let Some(id) = c.container_id.as_deref() else {
             continue;
@@ -122,6 +131,12 @@ pub fn compare(expected: &Expected, observed: &PodCgroup, driver: Driver) -> Vec
             .iter()
             .find(|cg| cg.id == id && cg.role != ContainerRole::Conmon)
         {
+            Some(cg)
+                if cg
+                    .cpu_max
+                    .as_ref()
+                    .is_err_and(CgroupError::is_permission_denied) => {}
+            None if observed.containers_unlisted.is_some() => {}
             Some(cg) => out.extend(check(
                 target,
                 c.max,
@@ -201,6 +216,26 @@ pub fn audit<'a>(
         .collect()
 }
 
+/// [`audit`] over a snapshot, leaving out pods it cannot judge: those in a
+/// QoS directory it could not list (their cgroups are unknown, not absent)
+/// and those whose pod cgroup it may not read. Their drift state stands.
+pub fn audit_snapshot<'a>(
+    pods: impl IntoIterator<Item = &'a PodView>,
+    snap: &NodeSnapshot,
+) -> Vec<PodAudit> {
+    let by_uid: HashMap<&str, &PodCgroup> = snap.pods.iter().map(|c| (c.uid.as_str(), c)).collect();
+    let judged = pods
+        .into_iter()
+        .filter(|p| match by_uid.get(cgroup_uid(p)) {
+            None => !snap.unlisted_qos.contains(&p.qos),
+            Some(cg) => !cg
+                .sample
+                .as_ref()
+                .is_err_and(CgroupError::is_permission_denied),
+        });
+    audit(judged, &snap.pods, snap.layout.driver)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::path::PathBuf;
@@ -259,6 +294,7 @@ pub(crate) mod tests {
             path,
             sample: Ok(sample(max(e.pod.quota_us()))),
             containers,
+            containers_unlisted: None,
         }
     }
 
@@ -415,6 +451,49 @@ pub(crate) mod tests {
         assert_eq!(a[0].mismatches, vec![]);
         assert_eq!(a[1].uid, "u1");
         assert_eq!(a[1].mismatches[0].actual, Observed::NoCgroup);
+    }
+
+    /// EACCES on a QoS directory or a pod cgroup turned its pods into
+    /// "found no cgroup" drift.
+    #[test]
+    fn unreadable_cgroups_are_not_judged() {
+        let denied = || CgroupError::PermissionDenied {
+            path: PathBuf::from("x"),
+            source: std::io::Error::from_raw_os_error(13).into(),
+        };
+        let mut pods = many(3, 200);
+        for p in &mut pods {
+            p.qos = Qos::Burstable;
+        }
+        let mut readable = cgroup_for(&pods[0]);
+        readable.containers[0].cpu_max = Err(denied());
+        let mut locked = cgroup_for(&pods[1]);
+        locked.sample = Err(denied());
+        locked.containers.clear();
+        locked.containers_unlisted = Some(denied());
+        let mut snap = NodeSnapshot {
+            at_us: 0,
+            layout: crate::cgroup::Layout {
+                driver: Driver::Cgroupfs,
+                kubepods: "kubepods".into(),
+            },
+            kubepods: sample(max(None)),
+            pods: vec![readable.clone(), locked],
+            unlisted_qos: vec![Qos::Burstable],
+            issues: vec![],
+        };
+        let a = audit_snapshot(&pods, &snap);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0].uid, "u0");
+        assert_eq!(a[0].mismatches, vec![], "a denied container is not drift");
+        // Once the QoS directory lists again, a pod without a cgroup is drift.
+        snap.unlisted_qos.clear();
+        let a = audit_snapshot(&pods, &snap);
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[1].mismatches[0].actual, Observed::NoCgroup);
+        // Without the denial, the unreadable container is a mismatch as before.
+        readable.containers[0].cpu_max = Err(CgroupError::Missing(PathBuf::from("y")));
+        assert_eq!(cmp(&pods[0], &readable).len(), 1);
     }
 
     #[test]

@@ -10,7 +10,9 @@ pub mod drift;
 pub mod expected;
 pub mod watch;
 
-pub use compare::{Mismatch, Observed, PodAudit, Target, audit, cgroup_uid, compare};
+pub use compare::{
+    Mismatch, Observed, PodAudit, Target, audit, audit_snapshot, cgroup_uid, compare,
+};
 pub use drift::{
     DEFAULT_GRACE, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker, kubelet_done,
 };
