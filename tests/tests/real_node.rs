@@ -71,6 +71,8 @@ struct Shape {
     name: &'static str,
     spec: fn(&str, &str) -> Value,
     pod: &'static str,
+    /// Where the systemd driver writes the pod cgroup differently (10 ms steps).
+    pod_on_systemd: Option<&'static str>,
     containers: &'static [(&'static str, &'static str)],
 }
 
@@ -90,6 +92,7 @@ fn shapes() -> Vec<Shape> {
                 )
             },
             pod: "20000 100000",
+            pod_on_systemd: None,
             containers: &[("app", "20000 100000")],
         },
         Shape {
@@ -106,6 +109,7 @@ fn shapes() -> Vec<Shape> {
                 )
             },
             pod: "30000 100000",
+            pod_on_systemd: None,
             containers: &[("app", "30000 100000")],
         },
         Shape {
@@ -118,6 +122,7 @@ fn shapes() -> Vec<Shape> {
                 )
             },
             pod: "max 100000",
+            pod_on_systemd: None,
             containers: &[("app", "max 100000")],
         },
         Shape {
@@ -134,6 +139,7 @@ fn shapes() -> Vec<Shape> {
                 )
             },
             pod: "max 100000",
+            pod_on_systemd: None,
             containers: &[("a", "20000 100000"), ("b", "max 100000")],
         },
         Shape {
@@ -159,20 +165,8 @@ fn shapes() -> Vec<Shape> {
                 p
             },
             pod: "30000 100000",
+            pod_on_systemd: None,
             containers: &[("app", "20000 100000"), ("side", "10000 100000")],
-        },
-        Shape {
-            // 5m → 500 µs, raised to the 1000 µs minimum.
-            name: "tiny-limit",
-            spec: |n, node| {
-                pod(
-                    n,
-                    node,
-                    vec![container("app", json!({"cpu": "2m"}), json!({"cpu": "5m"}))],
-                )
-            },
-            pod: "1000 100000",
-            containers: &[("app", "1000 100000")],
         },
         Shape {
             // Not a multiple of 10m: the systemd driver rounds CPUQuotaPerSecUSec up
@@ -191,6 +185,7 @@ fn shapes() -> Vec<Shape> {
                 )
             },
             pod: "1500 100000",
+            pod_on_systemd: Some("2000 100000"),
             containers: &[("app", "1500 100000")],
         },
         Shape {
@@ -210,6 +205,7 @@ fn shapes() -> Vec<Shape> {
                 p
             },
             pod: "25000 100000",
+            pod_on_systemd: None,
             containers: &[("app", "20000 100000")],
         },
         Shape {
@@ -226,6 +222,7 @@ fn shapes() -> Vec<Shape> {
                 p
             },
             pod: "50000 100000",
+            pod_on_systemd: None,
             containers: &[("app", "50000 100000")],
         },
     ]
@@ -242,6 +239,25 @@ async fn cleanup(client: &kube::Client, namespaces: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(180);
     for ns in namespaces {
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        // Pods of a stopped simulated kubelet are never confirmed: force them.
+        if let Ok(l) = pods.list(&ListParams::default()).await {
+            for p in l.items.iter().filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| n.starts_with("sim"))
+            }) {
+                let _ = pods
+                    .delete(
+                        &p.metadata.name.clone().unwrap_or_default(),
+                        &DeleteParams {
+                            grace_period_seconds: Some(0),
+                            ..DeleteParams::default()
+                        },
+                    )
+                    .await;
+            }
+        }
         while pods
             .list(&ListParams::default())
             .await
@@ -388,8 +404,13 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
             .await;
             let got = node.pod_cpu_max(&real).await.expect("read real cgroups");
             let names: Vec<&str> = s.containers.iter().map(|(n, _)| *n).collect();
+            let systemd = node.spec.driver == testkit::node_vm::CgroupDriver::Systemd;
             let want = PodCpuMax {
-                pod: s.pod.to_string(),
+                pod: s
+                    .pod_on_systemd
+                    .filter(|_| systemd)
+                    .unwrap_or(s.pod)
+                    .to_string(),
                 containers: s
                     .containers
                     .iter()
@@ -567,7 +588,7 @@ async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
                 nd,
                 vec![container(
                     "app",
-                    json!({"cpu": "100m"}),
+                    json!({"cpu": "2m"}),
                     json!({"cpu": "300m"}),
                 )],
             )
@@ -627,6 +648,41 @@ async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
                     node.name()
                 ));
             }
+        }
+        // 5m → 500 µs, raised to the 1000 µs minimum. Created at 300m and
+        // resized: a container started under a 1 % quota takes minutes to
+        // start under emulation.
+        let tiny = limit_patch(5);
+        resize(&api, &real_name, &tiny, false)
+            .await
+            .expect("resize to 5m");
+        resize(&api, &sim_pod_name, &tiny, false)
+            .await
+            .expect("sim resize to 5m");
+        let pod_now = api.get(&real_name).await.expect("get");
+        node.wait_cpu_max(&pod_now, "app", "1000 100000", Duration::from_secs(90))
+            .await
+            .expect("5m limit enforced as 1000 µs");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let real_files = node
+            .pod_cpu_max(&api.get(&real_name).await.expect("get"))
+            .await
+            .expect("read");
+        let sim_pod = api.get(&sim_pod_name).await.expect("get");
+        let sim_files = sim_cpu_max(&sim, &ns, &sim_pod, &["app"]);
+        assert_eq!(
+            real_files.pod,
+            "1000 100000",
+            "{}: pod cgroup at 5m",
+            node.name()
+        );
+        if sim_files.pod != real_files.pod
+            || sim_files.containers.get("app") != real_files.containers.get("app")
+        {
+            failures.push(format!(
+                "{} 5m: PARITY sim {sim_files:?} vs real {real_files:?}",
+                node.name()
+            ));
         }
         to_cgroup.sort_by(f64::total_cmp);
         to_status.sort_by(f64::total_cmp);

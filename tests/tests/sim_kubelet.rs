@@ -1,7 +1,7 @@
 //! The simulated kubelet against a real kube-apiserver: pods run with container IDs
 //! and cgroup files in each layout, resizes land in `cpu.max` and then in status with
 //! the condition sequence, faults do what they say, the load model follows demand.
-//! Expected paths and values are spelled out here from FACTS.md, not computed by the
+//! Expected paths and values are spelled out here from docs/kubelet-behaviour.md, not computed by the
 //! simulator's own code.
 
 use std::collections::HashMap;
@@ -445,7 +445,7 @@ async fn pod_level_limit_and_runtime_class_overhead_reach_pod_cpu_max() {
     let b = env.sim.container_cgroup_path(&env.ns, "p", "b").expect("b");
     assert_eq!(read(&a.join("cpu.max")), "50000 100000\n");
     assert_eq!(read(&b.join("cpu.max")), "40000 100000\n");
-    // A pod-level resize (FACTS §4 row "b | pod lim → 800m"): pod follows, b stays.
+    // A pod-level resize (docs/kubelet-behaviour.md §4 row "b | pod lim → 800m"): pod follows, b stays.
     env.resize(
         "p",
         json!({"spec": {"resources": {"limits": {"cpu": "800m"}}}}),
@@ -526,7 +526,7 @@ async fn resize_lands_in_cpu_max_then_status_with_the_condition_sequence() {
         phases,
         vec![
             (s("500m"), None, Some(1)),
-            (s("500m"), Some(2), Some(1)),
+            (s("500m"), Some(2), Some(2)),
             (s("800m"), None, Some(2))
         ],
     );

@@ -1,4 +1,4 @@
-//! Truth suite, FACTS.md §4 with `InPlacePodLevelResourcesVerticalScaling=false`
+//! Truth suite, docs/kubelet-behaviour.md §4 with `InPlacePodLevelResourcesVerticalScaling=false`
 //! on the v1.37.2 binary (what a 1.35 cluster does): any resize of a pod with
 //! `spec.resources` is refused, even one that touches only a container.
 
@@ -9,7 +9,7 @@ use testkit::control_plane::{ControlPlane, ControlPlaneOptions, api_message, res
 
 const GATE: &str = "InPlacePodLevelResourcesVerticalScaling";
 
-/// FACTS.md quotes `The Pod "<name>" is invalid: ...`; the server's Status
+/// docs/kubelet-behaviour.md quotes `The Pod "<name>" is invalid: ...`; the server's Status
 /// message has no leading "The " (kubectl adds it when printing).
 fn forbidden(name: &str) -> String {
     format!(

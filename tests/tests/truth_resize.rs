@@ -1,7 +1,7 @@
 //! Truth suite: how the real kube-apiserver (v1.37.2, default gates, so
 //! `InPlacePodLevelResourcesVerticalScaling` on) treats `resize` patches.
-//! These tests are the project's record of FACTS.md §3 and §4; where the
-//! server disagrees with FACTS.md, the test asserts what the server does.
+//! These tests are the project's record of docs/kubelet-behaviour.md §3 and §4; where the
+//! server disagrees with docs/kubelet-behaviour.md, the test asserts what the server does.
 //!
 //! Pods are bound (`spec.nodeName`) to a Node object that no kubelet backs, and
 //! have no status, so the apiserver assumes the node supports resize.
@@ -104,7 +104,7 @@ fn pod_res(pod: &Pod) -> Value {
     serde_json::to_value(&pod.spec.as_ref().expect("spec").resources).expect("json")
 }
 
-// ---- FACTS §3: container-level resize -------------------------------------
+// ---- docs/kubelet-behaviour.md §3: container-level resize -------------------------------------
 
 #[tokio::test]
 async fn qos_changing_limit_resize_is_refused() {
@@ -191,7 +191,7 @@ async fn removing_a_cpu_request_without_a_cpu_limit_is_refused() {
 
 #[tokio::test]
 async fn removing_a_cpu_request_under_a_cpu_limit_defaults_it_to_the_limit() {
-    // Not in FACTS.md: defaulting runs on the patched object before
+    // Not in docs/kubelet-behaviour.md: defaulting runs on the patched object before
     // validation, so a dropped request comes back equal to the limit and the
     // "removal" is admitted as a request change.
     let api = setup("rm-request-lim").await;
@@ -497,7 +497,7 @@ async fn raising_a_limit_above_node_allocatable_is_admitted() {
     assert_eq!(ctr_res(&pod)["limits"]["cpu"], "6");
 }
 
-// ---- FACTS §4: pod-level resources, gate on --------------------------------
+// ---- docs/kubelet-behaviour.md §4: pod-level resources, gate on --------------------------------
 
 fn pod_level_ab() -> Value {
     json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}})
@@ -669,7 +669,7 @@ async fn podlevel_f_guaranteed_through_pod_level_resources_cannot_be_raised() {
 
 #[tokio::test]
 async fn podlevel_resize_on_a_node_not_declaring_the_feature_is_forbidden() {
-    // Not in FACTS.md: 1.37's NodeDeclaredFeatures admission requires the
+    // Not in docs/kubelet-behaviour.md: 1.37's NodeDeclaredFeatures admission requires the
     // Node to list the feature in status.declaredFeatures (a 1.37 kubelet with
     // the gate on does). Container-only resizes need no declared feature.
     let api = setup("pl-undeclared").await;

@@ -21,9 +21,9 @@ use super::cgroup_writer::{
     ensure_cgroup, read_limit_m, remove_cgroup, write_atomic, write_setting,
 };
 use super::faults::{Fault, read_back_limit_m};
-use super::layout::{SimQos, container_id};
+use super::layout::{SimLayout, SimQos, container_id};
 use super::load::{self, CgroupCounters, ContainerIn, PodIn};
-use super::plan::{PodPlan, cpu_max_line, cpu_weight};
+use super::plan::{PodPlan, cpu_max_line, cpu_max_line_systemd, cpu_weight};
 use super::resize::{OnGeneration, ResizeState, Step, on_generation};
 use super::status::{StatusInput, status_patch};
 use super::{Demand, PodKey, SimConfig};
@@ -317,6 +317,10 @@ fn on_pod(cfg: &SimConfig, st: &mut State, key: PodKey, pod: &Pod) {
             match on_generation(entry.resize.is_some(), &entry.applied, &plan) {
                 OnGeneration::Observe => entry.observed_generation = generation,
                 OnGeneration::Start => {
+                    // A real kubelet v1.37 moves status.observedGeneration with
+                    // the PodResizeInProgress condition, not at the end
+                    // (real-node parity test, docs/kubelet-behaviour.md §3).
+                    entry.observed_generation = generation;
                     entry.resize = Some(ResizeState::new(
                         generation,
                         plan,
@@ -340,7 +344,14 @@ fn write_pod_cgroups(
 ) -> std::io::Result<()> {
     let period = cfg.period_us;
     let mode = cfg.write_mode;
-    let pod_max = cpu_max_line(plan.pod_limit_total_m(), period);
+    let pod_max = match cfg.layout {
+        // The kubelet sets a systemd pod slice's quota through systemd
+        // (CPUQuotaPerSecUSec, 10 ms steps); containers get runc's exact write.
+        SimLayout::Kind | SimLayout::Systemd => {
+            cpu_max_line_systemd(plan.pod_limit_total_m(), period)
+        }
+        SimLayout::Cgroupfs => cpu_max_line(plan.pod_limit_total_m(), period),
+    };
     let pod_weight = if plan.qos == SimQos::BestEffort {
         1
     } else {

@@ -15,7 +15,7 @@ pub enum Fault {
     /// Write `cpu_max` (e.g. `"11000 100000"` for a 101m limit) instead of the
     /// correct value into one container's cgroup, or the pod cgroup when `container`
     /// is None. Status reports the wrong limit read back (quota × 1000 / period, rounded up),
-    /// like the 101m → 110m case in FACTS §4.
+    /// like the 101m → 110m case in docs/kubelet-behaviour.md §4.
     WrongValue {
         container: Option<String>,
         cpu_max: String,
@@ -27,7 +27,7 @@ pub enum Fault {
     /// observedGeneration, condition cleared) lags by this much more.
     StaleStatus(Duration),
     /// `status.resources.requests.cpu` (container and pod level) reports
-    /// `factor` × the spec request, like FACTS §4's 79m for 100m on 1.36.1.
+    /// `factor` × the spec request, like docs/kubelet-behaviour.md §4's 79m for 100m on 1.36.1.
     UnderReportRequests { factor: f64 },
 }
 

@@ -1,4 +1,4 @@
-//! Cgroup naming per FACTS.md §1: where the kubelet and the runtime put the
+//! Cgroup naming per docs/kubelet-behaviour.md §1: where the kubelet and the runtime put the
 //! node-allocatable, QoS, pod and container cgroups. Pure: no I/O.
 
 use std::path::PathBuf;
@@ -109,7 +109,7 @@ impl SimLayout {
         self.systemd_root().is_some()
     }
 
-    /// Directory name of a container cgroup inside its pod cgroup (FACTS §1 table).
+    /// Directory name of a container cgroup inside its pod cgroup (docs/kubelet-behaviour.md §1 table).
     pub fn container_dir_name(self, runtime: SimRuntime, id: &str) -> String {
         match (runtime, self.is_systemd()) {
             (SimRuntime::Containerd, true) => format!("cri-containerd-{id}.scope"),

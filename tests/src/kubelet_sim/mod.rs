@@ -1,7 +1,7 @@
 //! A simulated kubelet for integration tests: it stands in for the kubelet (and
 //! the container runtime and the kernel's CPU accounting) of one named node, against
 //! a real kube-apiserver, and writes a cgroup v2 tree into a temporary directory that
-//! the agent is pointed at. Written from `FACTS.md`, not from the agent's code.
+//! the agent is pointed at. Written from `docs/kubelet-behaviour.md`, not from the agent's code.
 //!
 //! # What it simulates
 //!
@@ -9,7 +9,7 @@
 //!   memory, 110 pods), a `Ready=True` condition and `declaredFeatures` (see
 //!   [`SimConfig::declared_features`]). No heartbeats or leases. The root
 //!   cgroup's `cpuset.cpus.effective` lists ⌈allocatable⌉ online CPUs.
-//! - **Cgroup tree** (FACTS §1) under `cgroup_root`, per [`SimLayout`] (kind's
+//! - **Cgroup tree** (docs/kubelet-behaviour.md §1) under `cgroup_root`, per [`SimLayout`] (kind's
 //!   `/kubelet` root with the systemd driver, plain systemd, cgroupfs) and
 //!   [`SimRuntime`] (containerd, CRI-O): kubepods, its QoS children, pod cgroups
 //!   (`pod<uid>`, Guaranteed directly under kubepods), one cgroup per running
@@ -17,7 +17,7 @@
 //!   `crio-conmon-<id>` cgroup per container. Every cgroup has `cgroup.controllers`
 //!   (with `cpu`), `cgroup.subtree_control`, an empty `cgroup.procs`, `cpu.max`,
 //!   `cpu.weight`, `cpu.stat` and `cpu.pressure`. kubepods gets `max <period>`.
-//! - **Values** (FACTS §2, §4): container quota = limit × period / 1000, at least
+//! - **Values** (docs/kubelet-behaviour.md §2, §4): container quota = limit × period / 1000, at least
 //!   1000 µs; `max` with no limit; a container without a limit under a pod-level limit
 //!   gets the pod's limit. Pod quota = aggregate of container limits (sidecars, and
 //!   ordinary init containers the way the kubelet's `PodLimits` takes their peak) plus
@@ -32,9 +32,9 @@
 //!   init containers are reported `Completed` and have no cgroup). A pod with a
 //!   `deletionTimestamp` loses its cgroups and is then deleted with grace period 0,
 //!   as the kubelet confirms a deletion.
-//! - **Resize** (FACTS §3, §4): a `metadata.generation` bump whose resources differ
-//!   from what was applied sets `PodResizeInProgress=True` (observedGeneration = the
-//!   new generation); after `resize_delay` the new container and pod `cpu.max` and
+//! - **Resize** (docs/kubelet-behaviour.md §3, §4): a `metadata.generation` bump whose resources differ
+//!   from what was applied sets `PodResizeInProgress=True` and moves
+//!   `status.observedGeneration` to the new generation (as a real kubelet does); after `resize_delay` the new container and pod `cpu.max` and
 //!   `cpu.weight` are written; after a further `status_delay` the status reports the
 //!   new resources and generation and the condition is gone. A new generation during
 //!   a resize restarts it toward the newest spec. A bump without a resource change
@@ -68,7 +68,7 @@
 //!   `resizePolicy: RestartContainer`, no memory files, no probes, no images.
 //!   Status `resources.limits` report what the runtime believes it set (the spec, or
 //!   the value written under [`Fault::WrongValue`]), not a re-read of the file.
-//! - `cpu.weight` uses one runc mapping; real runc versions differ (FACTS §2).
+//! - `cpu.weight` uses one runc mapping; real runc versions differ (docs/kubelet-behaviour.md §2).
 //! - A fault changed after a write affects only later writes and reports.
 //!
 //! # Files and concurrent readers

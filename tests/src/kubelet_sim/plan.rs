@@ -1,4 +1,4 @@
-//! What the kubelet would write for a pod spec (FACTS.md §2 and §4): container and
+//! What the kubelet would write for a pod spec (docs/kubelet-behaviour.md §2 and §4): container and
 //! pod `cpu.max` quotas and `cpu.weight`. Pure: no I/O, no apiserver.
 
 use std::collections::BTreeMap;
@@ -211,13 +211,31 @@ pub fn cpu_max_line(limit_m: Option<u64>, period_us: u64) -> String {
     }
 }
 
+/// `cpu.max` of a cgroup whose quota went through systemd: the kubelet hands
+/// `CPUQuotaPerSecUSec` rounded up to 10 ms per second, so a 15m limit reads
+/// `2000 100000` on a systemd pod slice (measured on a real kubelet v1.37.2,
+/// docs/kubelet-behaviour.md §2).
+pub fn cpu_max_line_systemd(limit_m: Option<u64>, period_us: u64) -> String {
+    match limit_m {
+        Some(m) => {
+            let per_sec = quota_us(m, period_us).saturating_mul(1_000_000) / period_us.max(1);
+            let rounded = per_sec.div_ceil(10_000).saturating_mul(10_000);
+            format!(
+                "{} {period_us}",
+                rounded.saturating_mul(period_us) / 1_000_000
+            )
+        }
+        None => format!("max {period_us}"),
+    }
+}
+
 /// The kubelet's MilliCPUToQuota: integer division, never under 1000 µs.
 pub fn quota_us(limit_m: u64, period_us: u64) -> u64 {
     (limit_m.saturating_mul(period_us) / 1000).max(MIN_QUOTA_US)
 }
 
 /// `cpu.weight` from a request via shares and runc's linear shares→weight
-/// conversion. Other runc versions map differently (FACTS §2); agents must read it.
+/// conversion. Other runc versions map differently (docs/kubelet-behaviour.md §2); agents must read it.
 pub fn cpu_weight(request_m: u64) -> u64 {
     let shares = (request_m.saturating_mul(1024) / 1000).clamp(2, 262_144);
     1 + ((shares - 2) * 9999) / 262_142
@@ -249,6 +267,10 @@ mod tests {
         assert_eq!(quota_us(101, 100_000), 10_100);
         assert_eq!(cpu_max_line(Some(500), 100_000), "50000 100000");
         assert_eq!(cpu_max_line(None, 50_000), "max 50000");
+        assert_eq!(cpu_max_line_systemd(Some(15), 100_000), "2000 100000");
+        assert_eq!(cpu_max_line_systemd(Some(5), 100_000), "1000 100000");
+        assert_eq!(cpu_max_line_systemd(Some(500), 100_000), "50000 100000");
+        assert_eq!(cpu_max_line_systemd(None, 100_000), "max 100000");
     }
 
     #[test]
