@@ -5,7 +5,7 @@ Each fixture: root/ (the cgroup v2 tree as the kubelet and the runtime leave
 it), pods.json (a v1 PodList of the node's pods, uids and containerIDs
 matching the tree) and node.json (the Node, with allocatable).
 
-The cpu.max values follow FACTS.md §2 (see README.md here for the rules and
+The cpu.max values follow docs/kubelet-behaviour.md §2 (see README.md here for the rules and
 the few values that are measured rather than derived). Deterministic: ids and
 counters come from hashes of names, so re-running gives the same bytes.
 
@@ -60,7 +60,7 @@ def weight(milli):
 
 def systemd_round(q, period):
     """systemd stores CPUQuotaPerSecUSec in 10 ms steps per second: a pod slice
-    quota comes out rounded up to period/100 (FACTS §2; measured: 101m → 11000)."""
+    quota comes out rounded up to period/100 (docs/kubelet-behaviour.md §2; measured: 101m → 11000)."""
     step = period // 100
     return -(-q // step) * step
 
@@ -316,7 +316,7 @@ class Fixture:
             if conmon:
                 usage += cgroup(os.path.join(pdir, conmon), f"max {DEFAULT_PERIOD}\n", 1, 9000)
 
-        # Pod cgroup (FACTS §2): quota only if a pod-level CPU limit is set or
+        # Pod cgroup (docs/kubelet-behaviour.md §2): quota only if a pod-level CPU limit is set or
         # every container (sidecars included) has one; plus overhead.
         overhead = cpu((pod.overhead or {}).get("cpu")) or 0
         if qos == "BestEffort":
@@ -434,7 +434,7 @@ FIXTURES = [
         "pod-level", "systemd", "kubelet", "containerd", DEFAULT_PERIOD, "4", cpus=4,
         node_name="kind-worker",
         pods=[
-            # FACTS §4 pod a: container without own limit follows the pod.
+            # docs/kubelet-behaviour.md §4 pod a: container without own limit follows the pod.
             Pod("plr-a", "default", [C("c", "100m")],
                 pod_res={"requests": {"cpu": "100m", "memory": "64Mi"},
                          "limits": {"cpu": "500m", "memory": "128Mi"}}),

@@ -118,7 +118,7 @@ fn sysconf_online_cpus() -> u64 {
 }
 
 /// Capacity = min of what is known: finite kubepods `cpu.max`, allocatable,
-/// online CPUs (DESIGN.md).
+/// online CPUs.
 pub fn capacity(kubepods: &CgroupSample, cap: CapacityInputs) -> (Millis, CapacitySource) {
     [
         (

@@ -1,7 +1,7 @@
 //! Reads every tree under `cgroup-fixtures/` and checks what the cgroup
 //! reader finds against the Pod objects the tree belongs to (`pods.json`):
 //! layout, every pod uid and QoS, every container id, runtime and role, and
-//! the cpu.max values FACTS.md §2 implies.
+//! the cpu.max values docs/kubelet-behaviour.md §2 implies.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -91,7 +91,7 @@ fn check_cpu_max(what: &str, got: &CpuMax, want: Option<Millis>, systemd_pod: bo
                 .quota_us
                 .unwrap_or_else(|| panic!("{what}: unlimited, want {m}m"));
             if systemd_pod {
-                // systemd keeps slice quotas in 10 ms/s steps (FACTS §2).
+                // systemd keeps slice quotas in 10 ms/s steps (docs/kubelet-behaviour.md §2).
                 let step = got.period_us / 100;
                 assert!(
                     got_q >= q && got_q < q + step && got_q.is_multiple_of(step),

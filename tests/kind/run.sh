@@ -110,7 +110,7 @@ kubectl -n "$ns" delete pod -l role=filler --wait=false
 # 3. Writing cpu.max by hand on the node fires the drift metric.
 uid=$(kubectl -n "$ns" get pod app-2 -o jsonpath='{.metadata.uid}')
 cid=$(kubectl -n "$ns" get pod app-2 -o jsonpath='{.status.containerStatuses[0].containerID}')
-# kind: systemd driver, containerd (FACTS.md §1).
+# kind: systemd driver, containerd (docs/kubelet-behaviour.md §1).
 scope=$(docker exec "$w2" find /sys/fs/cgroup -maxdepth 6 -type d \
   -path "*pod${uid//-/_}.slice/cri-containerd-${cid#*://}.scope" | head -n1)
 cpu_max=$scope/cpu.max

@@ -546,14 +546,14 @@ async fn pods_that_must_be_left_alone_are_never_patched() {
         .await;
 }
 
-/// FACTS §4 pod e: req cpu 100m / mem 128Mi, lim cpu 500m / mem 128Mi.
+/// docs/kubelet-behaviour.md §4 pod e: req cpu 100m / mem 128Mi, lim cpu 500m / mem 128Mi.
 fn pod_level_e(name: &str, node: &str) -> Value {
     json!({"metadata": {"name": name}, "spec": {"nodeName": node,
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
         "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]}})
 }
 
-/// FACTS §4 pod b: pod req 100m/64Mi lim 500m/128Mi; container req 100m lim 400m.
+/// docs/kubelet-behaviour.md §4 pod b: pod req 100m/64Mi lim 500m/128Mi; container req 100m lim 400m.
 fn pod_level_b(name: &str, node: &str) -> Value {
     json!({"metadata": {"name": name}, "spec": {"nodeName": node,
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},

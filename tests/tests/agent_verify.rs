@@ -207,7 +207,7 @@ fn burstable(name: &str, node: &str, req: &str, lim: &str) -> Value {
     })
 }
 
-/// FACTS §4 pod e: pod-level req cpu 100m / mem 128Mi, lim cpu 500m / mem 128Mi.
+/// docs/kubelet-behaviour.md §4 pod e: pod-level req cpu 100m / mem 128Mi, lim cpu 500m / mem 128Mi.
 fn pod_level_e(name: &str, node: &str) -> Value {
     json!({"metadata": {"name": name}, "spec": {"nodeName": node,
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
@@ -302,7 +302,7 @@ async fn never_applied_resize_is_drift_with_expected_and_actual_in_the_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_value_is_drift() {
     let e = Env::start("vwrong", |_| {}).await;
-    // FACTS §4's odd value: 110m in the container cgroup, whatever the spec says.
+    // docs/kubelet-behaviour.md §4's odd value: 110m in the container cgroup, whatever the spec says.
     e.sim.set_fault(
         &e.ns,
         "p",

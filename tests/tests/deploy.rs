@@ -1,6 +1,6 @@
 //! `deploy/` against the real kube-apiserver: every object is accepted by a
 //! server-side dry-run apply, the agent's RBAC is what it uses and no more, and
-//! the admission policy pins the agent's resizes to its own node (FACTS.md §7).
+//! the admission policy pins the agent's resizes to its own node (docs/kubelet-behaviour.md §7).
 //!
 //! The kustomizations are plain `resources:` lists, so this file renders them
 //! itself (no kustomize binary in CI): `load` follows the lists in order and

@@ -1,5 +1,5 @@
 //! Where the kubelet put its cgroups: found by looking at the tree, never
-//! assumed (FACTS §1). Also the pure naming rules for pod and container
+//! assumed (docs/kubelet-behaviour.md §1). Also the pure naming rules for pod and container
 //! cgroup directories.
 
 use std::fmt::Write as _;

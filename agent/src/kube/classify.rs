@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::model::Millis;
 use crate::quantity;
 
-/// Why the apiserver refused a resize (texts: FACTS.md §3–4).
+/// Why the apiserver refused a resize (texts: docs/kubelet-behaviour.md §3–4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     QosChange,
@@ -143,7 +143,7 @@ fn is_refusal_403(msg: &str) -> bool {
 
 fn refusal_of(msg: &str, attempted_m: Millis, quantum_m: Millis) -> (Refusal, Option<Millis>) {
     if msg.contains("Pod QOS Class may not change as a result of resizing") {
-        // Pod e (FACTS §4): at the request it would turn Guaranteed; one
+        // Pod e (docs/kubelet-behaviour.md §4): at the request it would turn Guaranteed; one
         // quantum above is admitted.
         return (
             Refusal::QosChange,

@@ -1,5 +1,5 @@
 //! The body of a resize patch. Strategic merge only: a JSON merge patch would
-//! replace the whole containers list and the requests would vanish (FACTS §3).
+//! replace the whole containers list and the requests would vanish (docs/kubelet-behaviour.md §3).
 
 use serde_json::{Value, json};
 

@@ -269,7 +269,7 @@ pub fn eligibility(pod: &PodView, ctx: &EligibilityCtx<'_>) -> Result<ManagedSha
         return Err(Unmanaged::ResizeUnobserved);
     }
     // With the gate off, every resize of a pod with spec.resources is
-    // refused, even a container-only one (FACTS §4).
+    // refused, even a container-only one (docs/kubelet-behaviour.md §4).
     if pod_level {
         match ctx.pod_level_resize_supported {
             None => return Err(Unmanaged::PodLevelUnknown),

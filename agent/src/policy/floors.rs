@@ -23,7 +23,7 @@ pub struct Floor {
 ///
 /// Container level: the managed containers' requests; if limits equal to
 /// requests would make the pod Guaranteed, one quantum more.
-/// Pod level (FACTS §4): max(pod CPU request, largest container CPU limit);
+/// Pod level (docs/kubelet-behaviour.md §4): max(pod CPU request, largest container CPU limit);
 /// if a limit equal to the request would make the pod Guaranteed (pod-level
 /// memory request == limit), strictly above: request + quantum.
 /// `extra_floor_m` (learned from refusals) raises it further.

@@ -1,4 +1,4 @@
-//! Tests across the policy: eligibility reasons, FACTS §4 floors, decide,
+//! Tests across the policy: eligibility reasons, docs/kubelet-behaviour.md §4 floors, decide,
 //! plan, and the property tests of the issue.
 
 use std::collections::{BTreeMap, HashMap};
@@ -292,7 +292,7 @@ fn unmanaged_no_cpu_request() {
 }
 
 fn pod_level_a() -> PodView {
-    // FACTS §4 pod a: req 100m/64Mi, lim 500m/128Mi; c req 100m.
+    // docs/kubelet-behaviour.md §4 pod a: req 100m/64Mi, lim 500m/128Mi; c req 100m.
     with_pod_level(
         pod("a", vec![container("c", res(Some(100), None, None, None))]),
         res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)),
@@ -321,7 +321,7 @@ fn unmanaged_pod_level_unknown_and_unsupported() {
 
 #[test]
 fn unmanaged_pod_level_guaranteed() {
-    // FACTS §4 pod f: req = lim = 500m/128Mi.
+    // docs/kubelet-behaviour.md §4 pod f: req = lim = 500m/128Mi.
     let p = with_pod_level(
         pod("f", vec![container("c", res(Some(100), None, None, None))]),
         res(Some(500), Some(500), Some(128 * MI), Some(128 * MI)),
@@ -332,7 +332,7 @@ fn unmanaged_pod_level_guaranteed() {
 
 #[test]
 fn pod_level_without_cpu_limit_needs_adoption() {
-    // FACTS §4 pod c: pod mem 64Mi/128Mi, filled-in pod CPU request 110m.
+    // docs/kubelet-behaviour.md §4 pod c: pod mem 64Mi/128Mi, filled-in pod CPU request 110m.
     let mut p = with_pod_level(
         pod("c", vec![container("c", res(Some(110), None, None, None))]),
         res(Some(110), None, Some(64 * MI), Some(128 * MI)),

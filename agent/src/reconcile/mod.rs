@@ -759,7 +759,7 @@ impl Agent {
     }
 }
 
-/// What the scheduler books for a pod (FACTS §5): max(spec, allocated)
+/// What the scheduler books for a pod (docs/kubelet-behaviour.md §5): max(spec, allocated)
 /// requests plus overhead.
 pub fn booked_request(v: &PodView) -> Millis {
     let spec = v.cpu_request();

@@ -238,7 +238,7 @@ struct Inflight {
 /// Follows each patched resize until it is verified in the cgroups.
 ///
 /// Rules: a match after the kubelet reports done verifies. A match seen
-/// *before* done (status lagging behind a correct cgroup, FACTS.md §3) is
+/// *before* done (status lagging behind a correct cgroup, docs/kubelet-behaviour.md §3) is
 /// remembered: the resize verifies once done arrives, or when the grace
 /// runs out with status still lagging — never as a failure. No match within
 /// `grace` of done (or of sending, if done never comes) → unverified.
@@ -545,7 +545,7 @@ mod tests {
         ));
     }
 
-    /// FACTS.md §3: status still in progress while cpu.max is already right.
+    /// docs/kubelet-behaviour.md §3: status still in progress while cpu.max is already right.
     #[test]
     fn lagging_status_with_correct_cgroup_is_verified_not_drift() {
         let mut r = ResizeTracker::new(s(30));

@@ -1,9 +1,9 @@
 //! The `cpu.max` the kubelet should have written for a pod, derived from the
-//! pod's spec (FACTS.md §2, §4). Pure: no I/O.
+//! pod's spec (docs/kubelet-behaviour.md §2, §4). Pure: no I/O.
 //!
 //! We compare the cgroups with the *spec*, never with `status.resources`: the
-//! status lags behind the cgroup (FACTS.md §3) and under-reports requests
-//! after pod-level resizes (FACTS.md §4), so comparing with it would flap.
+//! status lags behind the cgroup (docs/kubelet-behaviour.md §3) and under-reports requests
+//! after pod-level resizes (docs/kubelet-behaviour.md §4), so comparing with it would flap.
 
 use std::fmt;
 
@@ -333,7 +333,7 @@ pub(crate) mod tests {
         );
     }
 
-    /// FACTS.md §4 pod a: pod limit 800m, container without a limit follows it.
+    /// docs/kubelet-behaviour.md §4 pod a: pod limit 800m, container without a limit follows it.
     #[test]
     fn container_without_limit_follows_pod_level_limit() {
         let mut p = pod("u", vec![container("c", Some(100), None)]);
@@ -343,7 +343,7 @@ pub(crate) mod tests {
         assert_eq!(e.containers[0].max.quota_us(), Some(80_000));
     }
 
-    /// FACTS.md §4 pod b: container with its own 400m keeps it under a 800m pod limit.
+    /// docs/kubelet-behaviour.md §4 pod b: container with its own 400m keeps it under a 800m pod limit.
     #[test]
     fn container_limit_stays_a_sub_cap_under_pod_level_limit() {
         let mut p = pod("u", vec![container("c", Some(100), Some(400))]);
@@ -421,7 +421,7 @@ pub(crate) mod tests {
 
     #[test]
     fn systemd_tolerance_rounds_up_to_next_10m() {
-        // FACTS.md §4: a 101m limit came out as 11000 100000 with systemd.
+        // docs/kubelet-behaviour.md §4: a 101m limit came out as 11000 100000 with systemd.
         let e = lim(101);
         assert_eq!(e.quota_range(Driver::Systemd), Some((10_100, 11_000)));
         assert_eq!(e.quota_range(Driver::Cgroupfs), Some((10_100, 10_100)));
