@@ -108,6 +108,7 @@ fn cgroup(p: &PodView) -> PodCgroup {
                 runtime: Runtime::Containerd,
                 role: ContainerRole::App,
                 cpu_max: Ok(max(c.max.quota_us())),
+                throttled_usec: None,
             }
         })
         .collect();
@@ -117,6 +118,7 @@ fn cgroup(p: &PodView) -> PodCgroup {
         role: ContainerRole::Sandbox,
         path: path.join("cri-containerd-sandbox.scope"),
         cpu_max: Ok(max(None)),
+        throttled_usec: None,
     });
     PodCgroup {
         uid: p.uid.clone(),

@@ -124,7 +124,7 @@ fn main() {
                 node_name: "node",
                 capacity_m: 64_000,
                 kubepods_usage_m: usage,
-                pressure_some_avg10: 0.0,
+                stall: Default::default(),
                 pod_level_resize_supported: Some(true),
             };
             let iters = 2000;

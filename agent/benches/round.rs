@@ -124,7 +124,7 @@ fn bench(c: &mut Criterion) {
         let cur = cgroup::scan(t.path(), &layout, 1_000_000).unwrap();
         let s = slack::measure(&prev, &cur, cap);
         let round = |s: &slack::NodeSlack| {
-            let r = observe_round("n", &views, s, &opted, &floors, Some(true), &cfg);
+            let r = observe_round("n", &views, s, 0.0, &opted, &floors, Some(true), &cfg);
             let mut bucket = TokenBucket::from_config(&cfg);
             plan(
                 &r.node,

@@ -56,6 +56,79 @@ pub struct PodUsage {
     /// Δnr_throttled / Δnr_periods: the share of enforcement periods in which
     /// the pod hit its quota. `None` when no period ran (unlimited) or unknown.
     pub throttled_ratio: Option<f64>,
+    /// Time its tasks spent throttled over the interval, µs: the larger of the
+    /// pod cgroup's Δ`throttled_usec` and the sum over its limited
+    /// containers' (a task is throttled at whichever quota runs out first).
+    /// `None` when unknown; 0 when nothing throttled it.
+    pub throttled_us: Option<u64>,
+}
+
+/// kubepods CPU stall over one interval, split into what the pods' own CFS
+/// quotas explain and the rest.
+///
+/// The kernel counts a throttled task as runnable and not running, so a pod
+/// throttled at its own limit raises kubepods `cpu.pressure` even on an idle
+/// node (on a 2-CPU node one single-threaded pod at 300m gave `some` ≈ 70 %;
+/// docs/kubelet-behaviour.md §8). Only the rest, tasks waiting for a CPU
+/// other tasks hold, is contention. Exact per interval from the `total`
+/// counters; the kernel's `avg10` would still carry throttling from before a
+/// raise for tens of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Stall {
+    /// Δ`some total` / interval, percent.
+    pub some_pct: f64,
+    /// Σ pods' throttled time / interval, percent, at most `some_pct`.
+    pub throttling_pct: f64,
+    /// `some_pct − throttling_pct`: the contention signal.
+    pub contention_pct: f64,
+}
+
+impl Stall {
+    /// From Δ`some total` and Σ throttled time over `dt_us`; `None` when the
+    /// interval is empty.
+    pub fn from_deltas(some_us: u64, throttled_us: u64, dt_us: u64) -> Option<Stall> {
+        if dt_us == 0 {
+            return None;
+        }
+        let pct = |us: u64| (us as f64 * 100.0 / dt_us as f64).min(100.0);
+        let some_pct = pct(some_us);
+        let throttling_pct = pct(throttled_us).min(some_pct);
+        Some(Stall {
+            some_pct,
+            throttling_pct,
+            contention_pct: (some_pct - throttling_pct).max(0.0),
+        })
+    }
+}
+
+/// Contention smoothed over [`ContentionAverage::WINDOW_S`], like the
+/// kernel's avg10 but of intervals with throttling already taken out, so a
+/// raise that ends a pod's throttling leaves nothing behind. Smoothing keeps
+/// one busy second (an image unpack, a kubelet housekeeping burst) from
+/// lowering every managed pod at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ContentionAverage {
+    value: f64,
+}
+
+impl ContentionAverage {
+    pub const WINDOW_S: f64 = 5.0;
+
+    /// Folds in one interval; no PSI (`None`) decays toward 0, as absent
+    /// pressure damps nothing.
+    pub fn update(&mut self, stall: Option<&Stall>, dt_us: u64) -> f64 {
+        let sample = stall.map_or(0.0, |s| s.contention_pct);
+        let e = (-(dt_us as f64 / 1e6) / Self::WINDOW_S).exp();
+        self.value = self.value * e + sample * (1.0 - e);
+        if !self.value.is_finite() {
+            self.value = 0.0;
+        }
+        self.value
+    }
+
+    pub fn value(&self) -> f64 {
+        self.value
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -69,6 +142,9 @@ pub struct NodeSlack {
     pub slack_m: Millis,
     pub pressure_some_avg10: Option<f64>,
     pub pressure_full_avg10: Option<f64>,
+    /// Stall over the interval; `None` without PSI on kubepods in both
+    /// snapshots, or when its counter went backwards.
+    pub stall: Option<Stall>,
     pub kubepods_throttled_ratio: Option<f64>,
     /// One per pod of the current snapshot, in its order.
     pub pods: Vec<PodUsage>,
@@ -157,6 +233,33 @@ fn throttled_ratio(prev: &CpuStat, cur: &CpuStat) -> Option<f64> {
     Some((throttled as f64 / periods as f64).min(1.0))
 }
 
+/// Δ of a counter that may be absent or reset (then `None`).
+fn delta(prev: Option<u64>, cur: Option<u64>) -> Option<u64> {
+    cur?.checked_sub(prev?)
+}
+
+/// See [`PodUsage::throttled_us`]. Containers are matched by id; one that
+/// is new or whose counter reset adds nothing.
+fn pod_throttled_us(prev: &PodCgroup, cur: &PodCgroup) -> Option<u64> {
+    let pod = match (&prev.sample, &cur.sample) {
+        (Ok(p), Ok(c)) => delta(p.cpu_stat.throttled_usec, c.cpu_stat.throttled_usec),
+        _ => None,
+    };
+    let containers: u64 = cur
+        .containers
+        .iter()
+        .filter_map(|c| {
+            let p = prev.containers.iter().find(|p| p.id == c.id)?;
+            delta(p.throttled_usec, c.throttled_usec)
+        })
+        .fold(0u64, u64::saturating_add);
+    match pod {
+        Some(p) => Some(p.max(containers)),
+        None if containers > 0 => Some(containers),
+        None => None,
+    }
+}
+
 fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage {
     let pair = match (prev.map(|p| &p.sample), &cur.sample) {
         (Some(Ok(p)), Ok(c)) => Some((&p.cpu_stat, &c.cpu_stat)),
@@ -167,6 +270,7 @@ fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage 
         qos: cur.qos,
         usage_m: pair.and_then(|(p, c)| rate_m(p, c, dt_us)),
         throttled_ratio: pair.and_then(|(p, c)| throttled_ratio(p, c)),
+        throttled_us: prev.and_then(|p| pod_throttled_us(p, cur)),
     }
 }
 
@@ -202,6 +306,20 @@ pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> 
         _ => capacity_m.saturating_sub(usage_m),
     };
     let pressure = cur.kubepods.pressure.as_ref();
+    let stall = match (&prev.kubepods.pressure, pressure) {
+        (Some(p), Some(c)) => c
+            .some
+            .total_us
+            .checked_sub(p.some.total_us)
+            .and_then(|some| {
+                let throttled = pods
+                    .iter()
+                    .filter_map(|p| p.throttled_us)
+                    .fold(0u64, u64::saturating_add);
+                Stall::from_deltas(some, throttled, dt_us)
+            }),
+        _ => None,
+    };
     NodeSlack {
         interval_us: dt_us,
         capacity_m,
@@ -211,6 +329,7 @@ pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> 
         slack_m,
         pressure_some_avg10: pressure.map(|p| p.some.avg10),
         pressure_full_avg10: pressure.and_then(|p| p.full.map(|f| f.avg10)),
+        stall,
         kubepods_throttled_ratio: throttled_ratio(&prev.kubepods.cpu_stat, &cur.kubepods.cpu_stat),
         pods,
         vanished,
@@ -479,5 +598,104 @@ mod tests {
             online_cpus(),
             "falls back to sysconf"
         );
+    }
+
+    fn with_psi(mut s: CgroupSample, some_total_us: u64) -> CgroupSample {
+        s.pressure = Some(Pressure {
+            some: PsiLine {
+                total_us: some_total_us,
+                ..Default::default()
+            },
+            full: None,
+        });
+        s
+    }
+
+    fn limited_container(id: &str, throttled_usec: Option<u64>) -> crate::cgroup::ContainerCgroup {
+        crate::cgroup::ContainerCgroup {
+            id: id.into(),
+            runtime: crate::cgroup::Runtime::Containerd,
+            role: crate::cgroup::ContainerRole::App,
+            path: PathBuf::from(id),
+            cpu_max: Ok(CpuMax {
+                quota_us: Some(30_000),
+                period_us: 100_000,
+            }),
+            throttled_usec,
+        }
+    }
+
+    #[test]
+    fn stall_splits_into_own_throttling_and_contention() {
+        // 1 s interval: 700 ms of `some`, of which 600 ms the pod's own
+        // container quota explains.
+        let mut k0 = with_psi(sample(None, 0, 0, 0), 1_000);
+        let mut k1 = with_psi(sample(None, 500_000, 0, 0), 701_000);
+        k0.cpu_stat.throttled_usec = None;
+        k1.cpu_stat.throttled_usec = None;
+        let mut p0 = pod("a", Ok(sample(Some(30_000), 0, 0, 0)));
+        let mut p1 = pod("a", Ok(sample(Some(30_000), 300_000, 10, 0)));
+        p0.containers = vec![limited_container("c", Some(50))];
+        p1.containers = vec![limited_container("c", Some(600_050))];
+        let s = measure(&snap(0, k0, vec![p0]), &snap(1_000_000, k1, vec![p1]), CAP);
+        assert_eq!(s.pods[0].throttled_us, Some(600_000));
+        let st = s.stall.unwrap();
+        assert!((st.some_pct - 70.0).abs() < 1e-9);
+        assert!((st.throttling_pct - 60.0).abs() < 1e-9);
+        assert!((st.contention_pct - 10.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn throttling_counts_at_whichever_level_ran_out() {
+        // The same task throttled at the pod quota this time: the pod
+        // cgroup's throttled_usec moves, the container's does not.
+        let mut a = sample(Some(30_000), 0, 0, 0);
+        a.cpu_stat.throttled_usec = Some(1_000);
+        let mut b = sample(Some(30_000), 300_000, 10, 10);
+        b.cpu_stat.throttled_usec = Some(701_000);
+        let mut p0 = pod("a", Ok(a));
+        let mut p1 = pod("a", Ok(b));
+        p0.containers = vec![limited_container("c", Some(7))];
+        p1.containers = vec![limited_container("c", Some(7))];
+        assert_eq!(pod_throttled_us(&p0, &p1), Some(700_000));
+        // A container that is new this interval adds nothing.
+        p1.containers = vec![limited_container("d", Some(900_000))];
+        assert_eq!(pod_throttled_us(&p0, &p1), Some(700_000));
+    }
+
+    #[test]
+    fn stall_is_capped_and_absent_without_both_psi_readings() {
+        let st = Stall::from_deltas(500_000, 2_000_000, 1_000_000).unwrap();
+        assert_eq!((st.throttling_pct, st.contention_pct), (50.0, 0.0));
+        assert_eq!(Stall::from_deltas(1, 1, 0), None);
+        // PSI counter went backwards (cgroup recreated): unknown, not huge.
+        let k0 = with_psi(sample(None, 0, 0, 0), 900_000);
+        let k1 = with_psi(sample(None, 10, 0, 0), 5);
+        let s = measure(&snap(0, k0, vec![]), &snap(1_000_000, k1, vec![]), CAP);
+        assert_eq!(s.stall, None);
+        let s = measure(
+            &snap(0, sample(None, 0, 0, 0), vec![]),
+            &snap(1_000_000, with_psi(sample(None, 0, 0, 0), 5), vec![]),
+            CAP,
+        );
+        assert_eq!(s.stall, None);
+    }
+
+    #[test]
+    fn contention_average_follows_with_a_few_seconds_lag_and_decays() {
+        let hot = Stall::from_deltas(500_000, 0, 1_000_000);
+        let mut a = ContentionAverage::default();
+        let first = a.update(hot.as_ref(), 1_000_000);
+        assert!(first > 8.0 && first < 10.0, "{first}");
+        for _ in 0..20 {
+            a.update(hot.as_ref(), 1_000_000);
+        }
+        assert!(a.value() > 49.0);
+        // Own throttling only: contention 0, the average falls back.
+        let own = Stall::from_deltas(500_000, 500_000, 1_000_000);
+        for _ in 0..20 {
+            a.update(own.as_ref(), 1_000_000);
+        }
+        assert!(a.value() < 1.0, "{}", a.value());
     }
 }

@@ -356,6 +356,49 @@ async fn pressure_spike_from_unmanaged_pods_shrinks_managed_limits_promptly() {
     eprintln!("measured: kubepods PSI some avg10 ratio after spike {pressure:.3}");
 }
 
+/// A pod throttled at its own limit on a node with idle CPU makes kubepods
+/// PSI `some` high (the kernel counts throttled tasks as stalled: the
+/// simulator does too, as the real node showed). That stall is the pod's
+/// own quota, not contention: the pod must be raised to its ceiling and
+/// stay there, with a bounded number of patches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_throttled_at_its_own_limit_on_an_idle_node_is_not_lowered_by_its_own_stall() {
+    let c = Cluster::start(ControlPlane::shared(), "ownstall", &[Some(vec![])]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("burner", &node, "200m", Some("300m")))
+        .await;
+    c.wait_running("burner").await;
+    // A single-threaded busy loop: wants a whole CPU, more than any limit
+    // it will get, so it stays throttled (and stalled) all along.
+    c.nodes[0].sim.set_demand(&c.ns, "burner", 1000);
+    c.wait_for("burner", "raised to its ceiling 800m", |p| {
+        cpu_limit_m(p, "app") == Some(800)
+    })
+    .await;
+    let gen0 = generation(&c.get("burner").await);
+    // 40 ticks of 200 ms, more than the 1 s raise cooldown many times over.
+    let mut lowest = 800;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if let Some(m) = cpu_limit_m(&c.get("burner").await, "app") {
+            lowest = lowest.min(m);
+        }
+    }
+    let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
+    let psi = metric(&s, "headroom_node_pressure_some_ratio", &[]).unwrap_or(0.0);
+    eprintln!("measured: kubepods PSI some avg10 ratio while throttled {psi:.3}");
+    assert!(
+        psi > 0.1,
+        "the scenario must show real stall to mean anything (some avg10 {psi:.3})"
+    );
+    assert_eq!(lowest, 800, "lowered for its own throttling");
+    assert_eq!(
+        generation(&c.get("burner").await),
+        gen0,
+        "patched again after reaching the ceiling"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_of_one_node_never_patches_pods_of_another() {
     // Node 0: a live agent. Node 1: no agent at all.

@@ -1035,6 +1035,7 @@ async fn contention_on(c: &RealCluster, node: &NodeVm) {
     ]);
     create(&noisy, hog).await;
     wait_running(&noisy, "hog", Duration::from_secs(300)).await;
+    let hog_at = Instant::now();
     let lowered = wait_pod(
         &api,
         &agent,
@@ -1045,9 +1046,15 @@ async fn contention_on(c: &RealCluster, node: &NodeVm) {
     )
     .await;
     eprintln!(
-        "{}: contention lowered {high}m → {:?}m",
+        "MEASURE {}: contention lowered {high}m → {:?}m {:?} after the hog ran (tick 1 s)",
         node.name(),
-        app_limit_m(&lowered)
+        app_limit_m(&lowered),
+        hog_at.elapsed()
+    );
+    let rec = stall_record(node, &lowered, 10).await;
+    eprintln!(
+        "{} hog=3-threads",
+        rec.line(node.name(), app_limit_m(&lowered).unwrap_or(0))
     );
     assert!(
         app_limit_m(&lowered).expect("limit") >= 200,
@@ -1066,6 +1073,198 @@ async fn agent_in_the_vm_lowers_managed_limits_under_real_contention() {
         node.install_agent(&bin).expect("install agent");
     }
     futures::future::join_all(c.nodes.iter().map(|n| contention_on(c, n))).await;
+}
+
+/// Raw kubepods stall and a pod's throttling over an interval on a real
+/// node: the figures the contention signal is built from.
+#[derive(Debug, Clone, Copy)]
+struct StallRecord {
+    dt_us: u64,
+    some_us: u64,
+    full_us: u64,
+    kubepods_usage_us: u64,
+    pod_usage_us: u64,
+    pod_throttled_us: u64,
+    containers_throttled_us: u64,
+}
+
+impl StallRecord {
+    fn line(&self, node: &str, limit_m: u64) -> String {
+        format!(
+            "RAWSTALL node={node} limit_m={limit_m} dt_us={} some_us={} full_us={} kubepods_usage_us={} pod_usage_us={} pod_throttled_us={} containers_throttled_us={}",
+            self.dt_us,
+            self.some_us,
+            self.full_us,
+            self.kubepods_usage_us,
+            self.pod_usage_us,
+            self.pod_throttled_us,
+            self.containers_throttled_us
+        )
+    }
+}
+
+/// Reads the counters twice, `secs` apart, in one ssh session.
+async fn stall_record(node: &NodeVm, pod: &Pod, secs: u64) -> StallRecord {
+    let uid = pod.metadata.uid.as_deref().expect("uid");
+    let dir = node.pod_cgroup(uid).await.expect("pod cgroup");
+    let kp = format!("/sys/fs/cgroup/{}", node.spec.kubepods_dir());
+    let snap = format!(
+        "echo T $(date +%s%N); \
+         awk '{{print \"K\" $1, substr($5, 7)}}' {kp}/cpu.pressure; \
+         echo KU $(awk '/^usage_usec/ {{print $2}}' {kp}/cpu.stat); \
+         echo PU $(awk '/^usage_usec/ {{print $2}}' {dir}/cpu.stat); \
+         echo PT $(awk '/^throttled_usec/ {{print $2}}' {dir}/cpu.stat); \
+         for c in {dir}/*/; do [ \"$(cut -d' ' -f1 $c/cpu.max)\" != max ] && \
+           echo CT $(awk '/^throttled_usec/ {{print $2}}' $c/cpu.stat); done; true"
+    );
+    let out = node
+        .sh(&format!("{snap}; echo SPLIT; sleep {secs}; {snap}"))
+        .await
+        .expect("read counters");
+    let (a, b) = out.split_once("SPLIT").expect("two snapshots");
+    let parse = |text: &str| {
+        let mut m = std::collections::BTreeMap::<String, u64>::new();
+        for l in text.lines() {
+            let mut it = l.split_whitespace();
+            let (Some(k), Some(v)) = (it.next(), it.next()) else {
+                continue;
+            };
+            let v: u64 = v.parse().unwrap_or(0);
+            *m.entry(k.to_string()).or_default() += v;
+        }
+        m
+    };
+    let (a, b) = (parse(a), parse(b));
+    let d = |k: &str| {
+        b.get(k)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(a.get(k).copied().unwrap_or(0))
+    };
+    StallRecord {
+        dt_us: d("T") / 1000,
+        some_us: d("Ksome"),
+        full_us: d("Kfull"),
+        kubepods_usage_us: d("KU"),
+        pod_usage_us: d("PU"),
+        pod_throttled_us: d("PT"),
+        containers_throttled_us: d("CT"),
+    }
+}
+
+/// The pod throttled at its own limit on an idle node (one single-threaded
+/// busy loop, request 200m, limit 300m; a Guaranteed and a BestEffort pod
+/// idle): its throttling makes kubepods PSI high, which must not read as
+/// contention. Started after the pod has been throttled for a while, as when
+/// the agent first lowered it (avg10 then carries the throttling across the
+/// raise). Over five minutes it is raised to its ceiling, never lowered, in at
+/// most 3 patches.
+async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace(&format!("own-{}", node.name())).await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&api, burner("burner", node.name(), "200m", "300m", 1)).await;
+    create(
+        &api,
+        pod(
+            "guaranteed",
+            node.name(),
+            vec![container(
+                "app",
+                json!({"cpu": "100m", "memory": "32Mi"}),
+                json!({"cpu": "100m", "memory": "32Mi"}),
+            )],
+        ),
+    )
+    .await;
+    create(
+        &api,
+        pod(
+            "besteffort",
+            node.name(),
+            vec![container("app", json!({}), json!({}))],
+        ),
+    )
+    .await;
+    for n in ["burner", "guaranteed", "besteffort"] {
+        wait_running(&api, n, Duration::from_secs(300)).await;
+    }
+    let p = api.get("burner").await.expect("get");
+    // Throttled for a while before the agent starts: avg10 is high.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let before = stall_record(node, &p, 10).await;
+    eprintln!("{}", before.line(node.name(), 300));
+
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts");
+    let window = Duration::from_secs(
+        std::env::var("HEADROOM_REAL_OWN_THROTTLING_S")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(300),
+    );
+    let start = Instant::now();
+    let mut history: Vec<(u64, u64)> = Vec::new();
+    let mut lowered = None;
+    while start.elapsed() < window {
+        let p = api.get("burner").await.expect("get");
+        let m = app_limit_m(&p).expect("limit");
+        if let Some(&(_, prev)) = history.last()
+            && m < prev
+            && lowered.is_none()
+        {
+            lowered = Some((prev, m, start.elapsed()));
+        }
+        history.push((start.elapsed().as_secs(), m));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    let p = api.get("burner").await.expect("get");
+    let patches = p.metadata.generation.unwrap_or(1) - 1;
+    let after = stall_record(node, &p, 10).await;
+    let last = app_limit_m(&p).expect("limit");
+    eprintln!("{}", after.line(node.name(), last));
+    eprintln!(
+        "MEASURE {} own throttling: limit over {window:?} (s, m): {history:?}; {patches} patches",
+        node.name()
+    );
+    let log = agent.log_tail(40).await;
+    agent.stop().await.expect("agent stops");
+    assert!(
+        before.some_us * 100 > before.dt_us * 20,
+        "{}: the scenario must show real stall to mean anything: {before:?}",
+        node.name()
+    );
+    assert_eq!(
+        lowered,
+        None,
+        "{}: lowered (from m, to m, at) on an idle node; agent log:\n{log}",
+        node.name()
+    );
+    assert_eq!(
+        last,
+        800,
+        "{}: ceiling (4 × 200m) not reached:\n{log}",
+        node.name()
+    );
+    assert!(
+        patches <= 3,
+        "{}: {patches} patches in the window:\n{log}",
+        node.name()
+    );
+    cleanup(&client, &[ns.as_str()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_in_the_vm_keeps_a_pod_throttled_at_its_own_limit_raised_on_an_idle_node() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let bin = static_agent_binary().expect("static agent");
+    for node in &c.nodes {
+        node.install_agent(&bin).expect("install agent");
+    }
+    futures::future::join_all(c.nodes.iter().map(|n| own_throttling_on(c, n))).await;
 }
 
 /// An out-of-band write to a container's cpu.max on the real node is drift.

@@ -13,7 +13,8 @@ use super::layout::{container_name, pod_uid, qos_dir};
 use super::parse::{self, ParseError};
 use super::read::{self, Buf, ReadError};
 use super::types::{
-    CgroupError, CgroupSample, ContainerCgroup, ContainerRole, Layout, NodeSnapshot, PodCgroup,
+    CgroupError, CgroupSample, ContainerCgroup, ContainerRole, CpuMax, Layout, NodeSnapshot,
+    PodCgroup,
 };
 use crate::model::Qos;
 
@@ -115,8 +116,16 @@ pub fn rescan(
             (Err(e), _) => Err(r.noted(e)),
             (Ok(_), Err(e)) => Err(e.clone()),
         };
+        // Container throttling too: it is part of the stall the pod's own
+        // quota explains (see `slack::Stall`).
+        let mut containers = p.containers.clone();
+        for c in &mut containers {
+            r.path = root.join(&c.path);
+            c.throttled_usec = r.container_throttled(&c.cpu_max);
+        }
         pods.push(PodCgroup {
             sample,
+            containers,
             ..p.clone()
         });
     }
@@ -313,6 +322,22 @@ impl Reader {
         Ok(out)
     }
 
+    /// `throttled_usec` of the container cgroup at `self.path` when its
+    /// quota is finite; trouble reads as unknown (recorded, like bad PSI).
+    fn container_throttled(&mut self, cpu_max: &Result<CpuMax, CgroupError>) -> Option<u64> {
+        if !matches!(
+            cpu_max,
+            Ok(CpuMax {
+                quota_us: Some(_),
+                ..
+            })
+        ) {
+            return None;
+        }
+        self.optional("cpu.stat", parse::cpu_stat)
+            .and_then(|s| s.throttled_usec)
+    }
+
     /// Reads the pod cgroup at `self.path`.
     fn pod(&mut self, uid: String, qos: Qos) -> PodCgroup {
         let path = self.rel();
@@ -330,12 +355,14 @@ impl Reader {
                     let cpu_max = self
                         .required("cpu.max", parse::cpu_max)
                         .map_err(|e| self.noted(e));
+                    let throttled_usec = self.container_throttled(&cpu_max);
                     containers.push(ContainerCgroup {
                         id: id.to_owned(),
                         runtime,
                         role,
                         path: self.rel(),
                         cpu_max,
+                        throttled_usec,
                     });
                     self.path.pop();
                 }
@@ -712,6 +739,7 @@ mod tests {
             role: ContainerRole::Conmon,
             path: PathBuf::new(),
             cpu_max: Err(CgroupError::Missing(PathBuf::new())),
+            throttled_usec: None,
         });
         mark_roles(&mut p, &[A]);
         assert_eq!(p.containers[0].role, ContainerRole::App);

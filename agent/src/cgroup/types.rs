@@ -182,6 +182,11 @@ pub struct ContainerCgroup {
     /// Relative to the cgroup root.
     pub path: PathBuf,
     pub cpu_max: Result<CpuMax, CgroupError>,
+    /// `throttled_usec` of the container's `cpu.stat`, read only where its
+    /// `cpu.max` has a quota (nothing else can throttle it). A task is
+    /// throttled at whichever of its container or pod quota runs out first, so
+    /// the pod cgroup's counter alone misses part of the throttling.
+    pub throttled_usec: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

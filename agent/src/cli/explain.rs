@@ -113,6 +113,8 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         &node_name,
         &views,
         &s,
+        // One interval: its contention as measured, unsmoothed.
+        s.stall.map_or(0.0, |st| st.contention_pct),
         &opted,
         &Default::default(),
         None,
@@ -164,18 +166,15 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     }
     let n = &round.node;
     println!(
-        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, pressure some avg10 {:.1}%{}, damping {:.2}, slack {}m over {} managed pods",
+        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, cpu stall {:.1}% (own throttling {:.1}%), contention {:.1}%, damping {:.2}, slack {}m over {} managed pods",
         n.capacity_m,
         n.usage_m,
         n.other_usage_m,
         n.reserve_m,
         n.raw_slack_m,
-        n.pressure_some_avg10,
-        if n.pressure_explained_by_throttling {
-            " (explained by throttling)"
-        } else {
-            ""
-        },
+        n.stall.some_pct,
+        n.stall.throttling_pct,
+        n.stall.contention_pct,
         n.damping_factor,
         n.slack_m,
         n.managed_pods

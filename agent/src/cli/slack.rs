@@ -127,6 +127,7 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeSlack) -> Value {
             "slack_millicores": s.slack_m,
             "pressure_some_avg10": s.pressure_some_avg10,
             "pressure_full_avg10": s.pressure_full_avg10,
+            "stall": s.stall,
             "kubepods_cpu_max_millicores": cur.kubepods.cpu_max.millicores(),
             "interval_us": s.interval_us,
             "driver": cur.layout.driver,
@@ -171,6 +172,13 @@ pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
         s.interval_us as f64 / 1e6,
         cur.pods.len(),
     );
+    if let Some(st) = &s.stall {
+        let _ = writeln!(
+            o,
+            "  cpu stall over the interval {:.1}%: own CFS throttling {:.1}%, contention {:.1}%",
+            st.some_pct, st.throttling_pct, st.contention_pct
+        );
+    }
     let _ = writeln!(o, "  usage source: {}", usage_source(s));
     for q in &cur.unlisted_qos {
         let _ = writeln!(

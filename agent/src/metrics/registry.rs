@@ -161,6 +161,10 @@ pub struct NodeValues {
     /// `cpu.pressure` avg10 of the node-allocatable cgroup, as a ratio (0–1).
     pub pressure_some_ratio: f64,
     pub pressure_full_ratio: Option<f64>,
+    /// Stall of the last interval the pods' own CFS throttling explains (0–1).
+    pub throttling_stall_ratio: f64,
+    /// Smoothed contention, the stall the damping acts on (0–1).
+    pub contention_ratio: f64,
 }
 
 /// One managed pod's values of one tick (pod totals).
@@ -187,6 +191,8 @@ pub struct Metrics {
     pub node_booked_slack: GaugeF,
     pub node_pressure_some: GaugeF,
     pub node_pressure_full: GaugeF,
+    pub node_throttling_stall: GaugeF,
+    pub node_contention: GaugeF,
     pub pod_request: Family<PodLabels, GaugeF>,
     pub pod_limit: Family<PodLabels, GaugeF>,
     pub pod_target: Family<PodLabels, GaugeF>,
@@ -230,6 +236,8 @@ impl Metrics {
             node_booked_slack: g(),
             node_pressure_some: g(),
             node_pressure_full: g(),
+            node_throttling_stall: g(),
+            node_contention: g(),
             pod_request: Family::default(),
             pod_limit: Family::default(),
             pod_target: Family::default(),
@@ -281,6 +289,16 @@ impl Metrics {
             "node_pressure_full_ratio",
             "kubepods cpu.pressure full avg10, as a ratio (0 where the kernel has no full line)",
             m.node_pressure_full.clone(),
+        );
+        nr.register(
+            "node_cpu_throttling_stall_ratio",
+            "Part of kubepods cpu.pressure some over the last tick explained by pods' own CFS throttling (throttled_usec), as a ratio of wall time",
+            m.node_throttling_stall.clone(),
+        );
+        nr.register(
+            "node_cpu_contention_ratio",
+            "kubepods CPU stall minus own throttling, smoothed over ~5 s: the contention that damps the slack, as a ratio",
+            m.node_contention.clone(),
         );
         r.register(
             "pod_cpu_request_millicores",
@@ -412,6 +430,8 @@ impl Metrics {
         self.node_pressure_some.set(v.pressure_some_ratio);
         self.node_pressure_full
             .set(v.pressure_full_ratio.unwrap_or(0.0));
+        self.node_throttling_stall.set(v.throttling_stall_ratio);
+        self.node_contention.set(v.contention_ratio);
         self.node_set.store(true, Ordering::Release);
     }
 

@@ -84,6 +84,8 @@ fn filled() -> Arc<Metrics> {
         booked_slack_millicores: 500.0,
         pressure_some_ratio: 0.12,
         pressure_full_ratio: Some(0.03),
+        throttling_stall_ratio: 0.4,
+        contention_ratio: 0.05,
     });
     m.set_pod(
         "ns",
@@ -129,6 +131,11 @@ async fn scrape_parses_and_reports_set_values() {
     );
     assert_eq!(value(&s, "headroom_node_pressure_some_ratio", &[]), 0.12);
     assert_eq!(value(&s, "headroom_node_pressure_full_ratio", &[]), 0.03);
+    assert_eq!(
+        value(&s, "headroom_node_cpu_throttling_stall_ratio", &[]),
+        0.4
+    );
+    assert_eq!(value(&s, "headroom_node_cpu_contention_ratio", &[]), 0.05);
     let pod = [("namespace", "ns"), ("pod", "web")];
     assert_eq!(
         value(&s, "headroom_pod_cpu_request_millicores", &pod),
@@ -351,6 +358,8 @@ async fn node_gauges_are_absent_until_the_first_scan() {
         "headroom_node_booked_slack_millicores",
         "headroom_node_pressure_some_ratio",
         "headroom_node_pressure_full_ratio",
+        "headroom_node_cpu_throttling_stall_ratio",
+        "headroom_node_cpu_contention_ratio",
     ];
     for accept in [None, Some("application/openmetrics-text")] {
         let body = get(addr, "/metrics", accept).await.body;

@@ -32,20 +32,13 @@ pub struct PolicyConfig {
     /// Seconds after any patch of a pod before it may be raised again.
     /// Lowerings have no cooldown. Range 0–86400, default `60`.
     pub raise_cooldown_s: f64,
-    /// kubepods CPU pressure (`some avg10`, percent) where damping of the
-    /// slack starts. Range 0–99, default `10.0`.
+    /// kubepods CPU contention (PSI `some` stall minus the pods' own CFS
+    /// throttling, percent of wall time, smoothed over ~5 s) where damping
+    /// of the slack starts. Range 0–99, default `10.0`.
     pub pressure_start_pct: f64,
-    /// Pressure at which the slack is damped to zero (limits fall to their
+    /// Contention at which the slack is damped to zero (limits fall to their
     /// floors). Range pressure_start_pct + 1 to 100, default `40.0`.
     pub pressure_full_pct: f64,
-    /// Pressure counts as explained by the managed pods' own throttling (and
-    /// is not damped) when some managed pod is throttled and node usage is
-    /// below this fraction of capacity: with idle CPU on the node the stall
-    /// comes from CFS quotas, not contention. Range 0–1, default `0.9`.
-    pub explained_usage_frac: f64,
-    /// Throttled fraction of CFS periods (0..1) from which a managed pod
-    /// counts as throttled. Range 0–1, default `0.05`.
-    pub throttled_ratio_min: f64,
     /// Node-wide patch rate (token bucket refill, patches per second).
     /// Range 0.01–100, default `5.0`.
     pub patch_rate_per_s: f64,
@@ -67,8 +60,6 @@ impl Default for PolicyConfig {
             raise_cooldown_s: 60.0,
             pressure_start_pct: 10.0,
             pressure_full_pct: 40.0,
-            explained_usage_frac: 0.9,
-            throttled_ratio_min: 0.05,
             patch_rate_per_s: 5.0,
             patch_burst: 10,
         }
@@ -96,7 +87,6 @@ pub mod range {
     pub const DEAD_BAND_M: (u64, u64) = (0, 10_000);
     pub const RAISE_COOLDOWN_S: (f64, f64) = (0.0, 86_400.0);
     pub const PRESSURE_PCT: (f64, f64) = (0.0, 100.0);
-    pub const FRACTION: (f64, f64) = (0.0, 1.0);
     pub const PATCH_RATE_PER_S: (f64, f64) = (0.01, 100.0);
     pub const PATCH_BURST: (u32, u32) = (1, 1000);
 }
@@ -194,18 +184,6 @@ impl PolicyConfig {
                 range: "at least pressure_start_pct + 1 and at most 100 (percent)",
             });
         }
-        within(
-            self.explained_usage_frac,
-            FRACTION,
-            "explained_usage_frac",
-            "between 0 and 1",
-        )?;
-        within(
-            self.throttled_ratio_min,
-            FRACTION,
-            "throttled_ratio_min",
-            "between 0 and 1",
-        )?;
         within(
             self.patch_rate_per_s,
             PATCH_RATE_PER_S,
@@ -357,8 +335,6 @@ mod tests {
             raise_cooldown_s: 86_400.0,
             pressure_start_pct: 99.0,
             pressure_full_pct: 100.0,
-            explained_usage_frac: 1.0,
-            throttled_ratio_min: 0.0,
             patch_rate_per_s: 0.01,
             patch_burst: 1000,
         };

@@ -128,8 +128,10 @@ impl Cause {
             ),
             Cause::AboveCeiling => format!("lower {cur}m→{target}m: above ceiling {ceiling}m"),
             Cause::Pressure => {
+                let st = &node.stall;
                 format!(
-                    "lower {cur}m→{target}m: cpu pressure (damping {damping:.2}, slack {slack}m)"
+                    "lower {cur}m→{target}m: cpu contention {:.1}% (last interval: stall {:.1}%, of which the pods' own throttling {:.1}%), damping {damping:.2}, slack {slack}m",
+                    st.contention_pct, st.some_pct, st.throttling_pct
                 )
             }
             Cause::AtFloor => format!("lower {cur}m→{target}m: no slack left, at floor {floor}m"),

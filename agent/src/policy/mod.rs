@@ -15,7 +15,7 @@
 //! Round: capacity `C`, kubepods usage `K`, managed pods' usage `u_i` and
 //! whole-pod requests `r_i` give the real slack
 //! `S = C − reserve − (K − Σu_i) − Σ min(u_i, r_i)`, damped toward 0 by CPU
-//! pressure that the managed pods' own throttling does not explain. `S` is
+//! contention: kubepods PSI stall minus the pods' own CFS throttling. `S` is
 //! water-filled over managed pods by request, each between its floor and
 //! ceiling, in whole quanta (`target = request + k·quantum`, floors and
 //! ceilings excepted). Container-level pods split their target over managed
@@ -55,8 +55,8 @@ pub struct NodeInputs<'a> {
     pub capacity_m: Millis,
     /// kubepods CPU usage over the last interval.
     pub kubepods_usage_m: Millis,
-    /// kubepods `cpu.pressure` some avg10, percent.
-    pub pressure_some_avg10: f64,
+    /// kubepods CPU stall: what throttling explains and the contention.
+    pub stall: slack::StallInputs,
     /// Cluster admits resizes of pods with pod-level resources; `None` = not probed.
     pub pod_level_resize_supported: Option<bool>,
 }
@@ -142,8 +142,7 @@ pub struct NodeDecision {
     pub managed_within_request_m: Millis,
     /// Slack before damping (may be negative).
     pub raw_slack_m: i64,
-    pub pressure_some_avg10: f64,
-    pub pressure_explained_by_throttling: bool,
+    pub stall: slack::StallInputs,
     pub damping_factor: f64,
     /// Slack handed out: `max(raw, 0) × damping`.
     pub slack_m: Millis,
@@ -250,7 +249,6 @@ pub fn decide(
             slack::ManagedUsage {
                 usage_m: p.usage_m,
                 request_m: p.pod.cpu_request(),
-                throttled_ratio: p.throttled_ratio,
             }
         })
         .collect();
@@ -260,14 +258,8 @@ pub fn decide(
         node.kubepods_usage_m,
         &usages,
     );
-    let damping = slack::damping(
-        node.pressure_some_avg10,
-        node.capacity_m,
-        node.kubepods_usage_m,
-        &usages,
-        cfg,
-    );
-    let slack_m = slack::damped(raw.raw_slack_m, damping.factor);
+    let damping = slack::damping(node.stall.contention_pct, cfg);
+    let slack_m = slack::damped(raw.raw_slack_m, damping);
 
     // Fill in uid order so ties do not depend on the caller's order.
     let mut order: Vec<usize> = (0..managed.len()).collect();
@@ -317,9 +309,8 @@ pub fn decide(
         other_usage_m: raw.other_usage_m,
         managed_within_request_m: raw.managed_within_request_m,
         raw_slack_m: raw.raw_slack_m,
-        pressure_some_avg10: node.pressure_some_avg10,
-        pressure_explained_by_throttling: damping.explained_by_throttling,
-        damping_factor: damping.factor,
+        stall: node.stall,
+        damping_factor: damping,
         slack_m,
         managed_pods: managed.len(),
         allocated_m: allocated,

@@ -11,8 +11,6 @@ pub struct ManagedUsage {
     pub usage_m: Millis,
     /// The pod's whole CPU request (all containers).
     pub request_m: Millis,
-    /// Throttled fraction of CFS periods over the last interval (0..1).
-    pub throttled_ratio: f64,
 }
 
 /// Slack before damping.
@@ -47,61 +45,41 @@ pub fn raw_slack(
     }
 }
 
-/// How pressure affected the slack.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct Damping {
-    /// Multiplier in [0, 1] applied to the slack.
-    pub factor: f64,
-    /// Pressure was at or above the start threshold but put down to the
-    /// managed pods' own throttling, so it was ignored.
-    pub explained_by_throttling: bool,
+/// kubepods CPU stall of the round, percent of wall time: plain figures
+/// from the slack layer (`crate::slack::Stall`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct StallInputs {
+    /// PSI `some` stall over the last interval.
+    pub some_pct: f64,
+    /// The part of it the pods' own CFS throttling explains.
+    pub throttling_pct: f64,
+    /// Contention, the rest, smoothed over a few seconds: what damps.
+    pub contention_pct: f64,
 }
 
-/// Damping factor from kubepods `cpu.pressure` some avg10 (percent).
+/// Damping factor from contention (percent): 1 below `pressure_start_pct`,
+/// falling linearly to 0 at `pressure_full_pct`.
 ///
-/// CPU PSI also rises with CFS throttling. When a managed pod is throttled
-/// while the node still has idle CPU (usage below `explained_usage_frac` of
-/// capacity), the stall is its own quota, not contention: no damping.
-/// Otherwise the slack is scaled linearly from 1 at `pressure_start_pct` to
-/// 0 at `pressure_full_pct`.
-pub fn damping(
-    pressure_some_avg10: f64,
-    capacity_m: Millis,
-    kubepods_usage_m: Millis,
-    managed: &[ManagedUsage],
-    cfg: &PolicyConfig,
-) -> Damping {
-    let psi = if pressure_some_avg10.is_finite() {
-        pressure_some_avg10
+/// Contention excludes stall from CFS throttling: the kernel counts a
+/// throttled task as stalled, so a pod throttled at its own limit on an idle
+/// node would otherwise read as a full node and be lowered to its floor by
+/// its own throttling.
+pub fn damping(contention_pct: f64, cfg: &PolicyConfig) -> f64 {
+    let c = if contention_pct.is_finite() {
+        contention_pct
     } else {
         0.0
     };
-    if psi < cfg.pressure_start_pct {
-        return Damping {
-            factor: 1.0,
-            explained_by_throttling: false,
-        };
-    }
-    let throttled = managed
-        .iter()
-        .any(|m| m.throttled_ratio >= cfg.throttled_ratio_min);
-    let idle_left = (kubepods_usage_m as f64) < cfg.explained_usage_frac * capacity_m as f64;
-    if throttled && idle_left {
-        return Damping {
-            factor: 1.0,
-            explained_by_throttling: true,
-        };
+    if c < cfg.pressure_start_pct {
+        return 1.0;
     }
     let span = cfg.pressure_full_pct - cfg.pressure_start_pct;
     let x = if span > 0.0 {
-        (psi - cfg.pressure_start_pct) / span
+        (c - cfg.pressure_start_pct) / span
     } else {
         1.0
     };
-    Damping {
-        factor: (1.0 - x).clamp(0.0, 1.0),
-        explained_by_throttling: false,
-    }
+    (1.0 - x).clamp(0.0, 1.0)
 }
 
 /// Slack after damping, never negative.
@@ -121,19 +99,15 @@ pub fn damped(raw_slack_m: i64, factor: f64) -> Millis {
 mod tests {
     use super::*;
 
-    fn mu(usage_m: Millis, request_m: Millis, throttled_ratio: f64) -> ManagedUsage {
-        ManagedUsage {
-            usage_m,
-            request_m,
-            throttled_ratio,
-        }
+    fn mu(usage_m: Millis, request_m: Millis) -> ManagedUsage {
+        ManagedUsage { usage_m, request_m }
     }
 
     #[test]
     fn own_burst_does_not_eat_slack() {
         // 4 cores, reserve 100m, kubepods 1500m: managed pod uses 1200m on a
         // 200m request, others use 300m.
-        let s = raw_slack(4000, 100, 1500, &[mu(1200, 200, 0.0)]);
+        let s = raw_slack(4000, 100, 1500, &[mu(1200, 200)]);
         assert_eq!(s.other_usage_m, 300);
         assert_eq!(s.managed_within_request_m, 200);
         assert_eq!(s.raw_slack_m, 4000 - 100 - 300 - 200);
@@ -148,63 +122,23 @@ mod tests {
 
     #[test]
     fn managed_usage_above_kubepods_clamps_other_to_zero() {
-        let s = raw_slack(1000, 0, 100, &[mu(300, 500, 0.0)]);
+        let s = raw_slack(1000, 0, 100, &[mu(300, 500)]);
         assert_eq!(s.other_usage_m, 0);
         assert_eq!(s.raw_slack_m, 700);
     }
 
     #[test]
-    fn low_pressure_is_not_damped() {
-        let d = damping(5.0, 4000, 3900, &[], &PolicyConfig::default());
-        assert_eq!(d.factor, 1.0);
-        assert!(!d.explained_by_throttling);
+    fn low_contention_is_not_damped() {
+        assert_eq!(damping(5.0, &PolicyConfig::default()), 1.0);
+        assert_eq!(damping(f64::NAN, &PolicyConfig::default()), 1.0);
     }
 
     #[test]
-    fn contention_pressure_is_damped_linearly() {
+    fn contention_is_damped_linearly() {
         let cfg = PolicyConfig::default();
-        let d = damping(25.0, 4000, 3950, &[], &cfg);
-        assert!((d.factor - 0.5).abs() < 1e-9);
-        assert_eq!(damping(40.0, 4000, 3950, &[], &cfg).factor, 0.0);
-        assert_eq!(damping(90.0, 4000, 3950, &[], &cfg).factor, 0.0);
-    }
-
-    #[test]
-    fn pressure_from_own_throttling_on_idle_node_is_explained() {
-        let d = damping(
-            30.0,
-            4000,
-            1000,
-            &[mu(200, 100, 0.6)],
-            &PolicyConfig::default(),
-        );
-        assert_eq!(d.factor, 1.0);
-        assert!(d.explained_by_throttling);
-    }
-
-    #[test]
-    fn throttling_on_busy_node_does_not_explain_pressure() {
-        let d = damping(
-            25.0,
-            4000,
-            3900,
-            &[mu(200, 100, 0.6)],
-            &PolicyConfig::default(),
-        );
-        assert!((d.factor - 0.5).abs() < 1e-9);
-        assert!(!d.explained_by_throttling);
-    }
-
-    #[test]
-    fn pressure_without_throttling_on_idle_node_is_damped() {
-        let d = damping(
-            40.0,
-            4000,
-            1000,
-            &[mu(50, 100, 0.0)],
-            &PolicyConfig::default(),
-        );
-        assert_eq!(d.factor, 0.0);
+        assert!((damping(25.0, &cfg) - 0.5).abs() < 1e-9);
+        assert_eq!(damping(40.0, &cfg), 0.0);
+        assert_eq!(damping(90.0, &cfg), 0.0);
     }
 
     #[test]

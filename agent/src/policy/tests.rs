@@ -478,7 +478,11 @@ fn node(capacity_m: Millis, usage_m: Millis, psi: f64) -> NodeInputs<'static> {
         node_name: NODE,
         capacity_m,
         kubepods_usage_m: usage_m,
-        pressure_some_avg10: psi,
+        stall: slack::StallInputs {
+            some_pct: psi,
+            throttling_pct: 0.0,
+            contention_pct: psi,
+        },
         pod_level_resize_supported: Some(true),
     }
 }
@@ -1134,12 +1138,7 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
             DEAD_BAND_PCT.0..=DEAD_BAND_PCT.1,
             DEAD_BAND_M.0..=DEAD_BAND_M.1,
         ),
-        (
-            0.0f64..=99.0,
-            1.0f64..=100.0,
-            FRACTION.0..=FRACTION.1,
-            FRACTION.0..=FRACTION.1,
-        ),
+        (0.0f64..=99.0, 1.0f64..=100.0),
         (
             PATCH_RATE_PER_S.0..=PATCH_RATE_PER_S.1,
             PATCH_BURST.0..=PATCH_BURST.1,
@@ -1147,27 +1146,21 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
         ),
     )
         .prop_map(
-            |(
-                (reserve, factor, q),
-                (rp, rm),
-                (lp, lm),
-                (ps, span, euf, trm),
-                (rate, burst, cool),
-            )| PolicyConfig {
-                reserve_m: reserve,
-                ceiling_factor: factor,
-                quantum_m: q,
-                raise_dead_band_pct: rp,
-                raise_dead_band_m: rm,
-                lower_dead_band_pct: lp,
-                lower_dead_band_m: lm,
-                raise_cooldown_s: cool,
-                pressure_start_pct: ps,
-                pressure_full_pct: (ps + span).min(100.0).max(ps + 1.0),
-                explained_usage_frac: euf,
-                throttled_ratio_min: trm,
-                patch_rate_per_s: rate,
-                patch_burst: burst,
+            |((reserve, factor, q), (rp, rm), (lp, lm), (ps, span), (rate, burst, cool))| {
+                PolicyConfig {
+                    reserve_m: reserve,
+                    ceiling_factor: factor,
+                    quantum_m: q,
+                    raise_dead_band_pct: rp,
+                    raise_dead_band_m: rm,
+                    lower_dead_band_pct: lp,
+                    lower_dead_band_m: lm,
+                    raise_cooldown_s: cool,
+                    pressure_start_pct: ps,
+                    pressure_full_pct: (ps + span).min(100.0).max(ps + 1.0),
+                    patch_rate_per_s: rate,
+                    patch_burst: burst,
+                }
             },
         )
 }

@@ -25,7 +25,7 @@ use crate::kube::watch::Caches;
 use crate::metrics::{self, Metrics, PatchErrorClass, ResizeResult, ScanErrorKind};
 use crate::model::{ContainerKind, Millis, PodView, Qos};
 use crate::policy::{Direction, PatchKind, PatchPlan, PolicyConfig, TokenBucket, Unmanaged};
-use crate::slack::{self, CapacityInputs, NodeSlack, UsageBasis};
+use crate::slack::{self, CapacityInputs, ContentionAverage, NodeSlack, UsageBasis};
 use crate::verify::{self, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker};
 
 use memory::Memory;
@@ -95,6 +95,8 @@ pub struct Agent {
     /// Direction of each in-flight resize, for the verified/unverified metric.
     inflight_dir: HashMap<String, Direction>,
     prev: Option<NodeSnapshot>,
+    /// kubepods contention (stall minus throttling), smoothed across ticks.
+    contention: ContentionAverage,
     /// Last full scan: where every pod's cgroup is (shared with the scan
     /// task on the blocking pool).
     index: Option<Arc<NodeSnapshot>>,
@@ -143,6 +145,7 @@ impl Agent {
             resizes,
             inflight_dir: HashMap::new(),
             prev: None,
+            contention: ContentionAverage::default(),
             index: None,
             stuck_scan: None,
             last_tick_ok: true,
@@ -209,14 +212,16 @@ impl Agent {
             // Every Burstable pod's usage is read each tick, not only the
             // managed ones': a pod that turns managed (or leaves a resize)
             // with no usage yet would count its burst as other pods' usage
-            // for a tick and make the slack jump.
+            // for a tick and make the slack jump. Guaranteed pods too: their
+            // throttling is part of the stall that is not contention
+            // (`slack::Stall`). BestEffort pods have no quota to throttle.
             Some(index) => cgroup::rescan(&root, &index, at_us, |p| {
                 if inflight.contains(&p.uid) {
                     Depth::Full
-                } else if p.qos == Qos::Burstable {
-                    Depth::Stat
-                } else {
+                } else if p.qos == Qos::BestEffort {
                     Depth::Skip
+                } else {
+                    Depth::Stat
                 }
             }),
             None => cgroup::scan(&root, &layout, at_us),
@@ -347,11 +352,15 @@ impl Agent {
         }
 
         let t_decide = Instant::now();
+        let contention_pct = self
+            .contention
+            .update(slack.stall.as_ref(), slack.interval_us);
         let opted = self.caches.opted_in_namespaces();
         let round = observe_round(
             &self.settings.node_name,
             &views,
             &slack,
+            contention_pct,
             &opted,
             &self.memory.floors,
             self.pod_level_supported,
@@ -717,6 +726,8 @@ impl Agent {
             booked_slack_millicores: allocatable.map_or(0.0, |a| a as f64 - booked as f64),
             pressure_some_ratio: slack.pressure_some_avg10.unwrap_or(0.0) / 100.0,
             pressure_full_ratio: slack.pressure_full_avg10.map(|p| p / 100.0),
+            throttling_stall_ratio: round.node.stall.throttling_pct / 100.0,
+            contention_ratio: round.node.stall.contention_pct / 100.0,
         });
         let throttled: HashMap<&str, Option<f64>> = slack
             .pods

@@ -15,11 +15,15 @@ pub struct Round {
     pub decisions: Vec<Decision>,
 }
 
-/// Runs the policy over this node's pods with the measured slack.
+/// Runs the policy over this node's pods with the measured slack;
+/// `contention_pct` is the slack's contention as the caller smooths it
+/// ([`crate::slack::ContentionAverage`]).
+#[allow(clippy::too_many_arguments)]
 pub fn observe_round(
     node_name: &str,
     views: &[PodView],
     slack: &NodeSlack,
+    contention_pct: f64,
     opted_in_namespaces: &HashSet<String>,
     learned_floors: &HashMap<String, Millis>,
     pod_level_supported: Option<bool>,
@@ -52,7 +56,11 @@ pub fn observe_round(
         node_name,
         capacity_m: slack.capacity_m,
         kubepods_usage_m: slack.usage_m,
-        pressure_some_avg10: slack.pressure_some_avg10.unwrap_or(0.0),
+        stall: policy::slack::StallInputs {
+            some_pct: slack.stall.map_or(0.0, |s| s.some_pct),
+            throttling_pct: slack.stall.map_or(0.0, |s| s.throttling_pct),
+            contention_pct,
+        },
         pod_level_resize_supported: pod_level_supported,
     };
     let (node, decisions) = policy::decide(&node, &inputs, cfg);

@@ -278,6 +278,7 @@ pub(crate) mod tests {
                     role: ContainerRole::App,
                     path: path.join(c.container_id.as_deref()?),
                     cpu_max: Ok(max(c.max.quota_us())),
+                    throttled_usec: None,
                 })
             })
             .collect();
@@ -287,6 +288,7 @@ pub(crate) mod tests {
             role: ContainerRole::Sandbox,
             path: path.join("pause"),
             cpu_max: Ok(max(None)),
+            throttled_usec: None,
         });
         PodCgroup {
             uid: p.uid.clone(),

@@ -128,8 +128,8 @@ pub fn water_fill(wants: &[f64], weights: &[f64], capacity: f64) -> Vec<f64> {
 }
 
 /// Stall fraction of a container's tasks in a tick: contention counts fully,
-/// CFS throttling counts `throttle_weight` (the kernel counts throttled tasks as
-/// stalled; the weight keeps throttling a smaller signal than node contention).
+/// CFS throttling `throttle_weight` times (the kernel counts throttled tasks as
+/// stalled: 1.0 is what a real kernel does).
 pub fn stall_fraction(c: &ContainerOut, throttle_weight: f64) -> f64 {
     if c.demand_m <= 0.0 {
         return 0.0;

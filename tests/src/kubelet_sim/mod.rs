@@ -57,9 +57,11 @@
 //!   `dt × (1 − quota/demand)`. `user_usec:system_usec` is 9:1. Hierarchical CFS
 //!   weights are flattened: pods compete by their own weight, whatever their QoS.
 //! - PSI is approximated: a container's stall fraction is the share of its demand
-//!   denied by node contention, plus `throttle_psi_weight` (default 0.25) × the share
-//!   denied by CFS quotas (the kernel counts throttled tasks as stalled too; the
-//!   weight keeps that signal smaller than contention). A group's `some` is
+//!   denied by node contention, plus `throttle_psi_weight` (default 1.0) × the share
+//!   denied by CFS quotas: the kernel counts a throttled task as runnable and not
+//!   running, so on a real node a single-threaded pod throttled at its limit adds
+//!   its whole throttled time to kubepods `some` (real-node parity test,
+//!   docs/kubelet-behaviour.md §8). A group's `some` is
 //!   P(any busy member stalls), `full` P(all busy members stall), assuming
 //!   independence. avg10/60/300 are continuous exponential moving averages with 10,
 //!   60 and 300 s windows (the kernel updates every 2 s); `total` is µs of `some`/`full`.
@@ -146,7 +148,7 @@ impl SimConfig {
             status_delay: Duration::from_millis(200),
             tick: Duration::from_millis(100),
             write_mode: WriteMode::Rename,
-            throttle_psi_weight: 0.25,
+            throttle_psi_weight: 1.0,
             declared_features: vec!["InPlacePodLevelResourcesVerticalScaling".into()],
         }
     }
