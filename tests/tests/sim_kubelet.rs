@@ -809,3 +809,102 @@ async fn pod_level_resize_is_refused_when_the_node_does_not_declare_the_feature(
         )
     );
 }
+
+/// One `RAWSTALL` line recorded on a real node by
+/// `agent_in_the_vm_keeps_a_pod_throttled_at_its_own_limit_raised_on_an_idle_node`
+/// (tests/data/real-node-stall.txt): counter deltas over an interval.
+struct RealStall {
+    node: String,
+    limit_m: u64,
+    dt_us: f64,
+    some_us: f64,
+    throttled_us: f64,
+}
+
+fn real_stalls() -> Vec<RealStall> {
+    let text = include_str!("../data/real-node-stall.txt");
+    text.lines()
+        .filter(|l| l.starts_with("RAWSTALL ") && !l.contains("hog="))
+        .map(|l| {
+            let kv: HashMap<&str, &str> = l
+                .split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .collect();
+            let n = |k: &str| -> f64 { kv[k].parse().expect(k) };
+            RealStall {
+                node: kv["node"].to_string(),
+                limit_m: n("limit_m") as u64,
+                dt_us: n("dt_us"),
+                some_us: n("some_us"),
+                // A task is throttled at whichever quota runs out first.
+                throttled_us: n("pod_throttled_us").max(n("containers_throttled_us")),
+            }
+        })
+        .collect()
+}
+
+/// PSI parity with the real kernel: a single-threaded busy loop throttled at
+/// its own limit on an idle 2-CPU node. The real kernel counts its throttled
+/// time as kubepods `some` stall (docs/kubelet-behaviour.md §8); the simulator
+/// must produce the same stall and throttled time, within 10 points of wall
+/// time, for each recorded run.
+#[tokio::test]
+async fn psi_of_a_pod_throttled_at_its_own_limit_matches_the_real_kernel() {
+    let runs = real_stalls();
+    assert!(!runs.is_empty(), "no recorded real-node runs");
+    for limit_m in runs
+        .iter()
+        .map(|r| r.limit_m)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let env = Env::start(&format!("sim-psi-parity-{limit_m}"), |c| {
+            c.allocatable_cpu_m = 2000;
+            c.period_us = 10_000;
+        })
+        .await;
+        env.create(
+            "burner",
+            json!({"containers": [container("c", "200m", Some(&format!("{limit_m}m")))]}),
+        )
+        .await;
+        env.sim.set_demand(&env.ns, "burner", 1000);
+        let kp = env.sim.kubepods_path();
+        let cdir = env
+            .sim
+            .container_cgroup_path(&env.ns, "burner", "c")
+            .expect("container");
+        let pdir = env.sim.pod_cgroup_path(&env.ns, "burner").expect("pod");
+        // Through one whole rate window so the new demand holds, then measure.
+        let _ = rate_m(&cdir, 20).await;
+        let (_, before, after) = rate_m(&cdir, 200).await;
+        let (_, _, some0) = pressure(&kp);
+        let p0 = stat(&pdir)["throttled_usec"];
+        let t0 = std::time::Instant::now();
+        let _ = rate_m(&cdir, 200).await;
+        let dt_us = t0.elapsed().as_micros() as f64;
+        let (_, _, some1) = pressure(&kp);
+        let p1 = stat(&pdir)["throttled_usec"];
+        let c_thr = (after["throttled_usec"] - before["throttled_usec"]) as f64
+            / ((after["nr_periods"] - before["nr_periods"]) as f64 * 10_000.0);
+        let sim_some = (some1 - some0) as f64 / dt_us * 100.0;
+        let sim_thr = (c_thr * 100.0).max((p1 - p0) as f64 / dt_us * 100.0);
+        for r in runs.iter().filter(|r| r.limit_m == limit_m) {
+            let real_some = r.some_us / r.dt_us * 100.0;
+            let real_thr = r.throttled_us / r.dt_us * 100.0;
+            eprintln!(
+                "measured: limit {limit_m}m: real ({}) some {real_some:.1}% throttled {real_thr:.1}%; sim some {sim_some:.1}% throttled {sim_thr:.1}%",
+                r.node
+            );
+            assert!(
+                (sim_some - real_some).abs() <= 10.0,
+                "{limit_m}m on {}: sim stall {sim_some:.1}% vs real {real_some:.1}%",
+                r.node
+            );
+            assert!(
+                (sim_thr - real_thr).abs() <= 10.0,
+                "{limit_m}m on {}: sim throttled {sim_thr:.1}% vs real {real_thr:.1}%",
+                r.node
+            );
+        }
+    }
+}

@@ -114,8 +114,27 @@ pub fn ensure_cgroup(
 
 /// Reads `cpu.max` the way the kernel enforces it: None for `max`, a missing file
 /// or content it would not have accepted.
+/// Reads a file the simulator wrote, but only if it is still a regular file:
+/// tests replace files with FIFOs to attack the agent, and a blocking read
+/// here would hang the simulator (and the test waiting for it to stop).
+pub fn read_regular(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut s = String::new();
+    f.read_to_string(&mut s).ok()?;
+    Some(s)
+}
+
 pub fn read_limit_m(dir: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(dir.join("cpu.max")).ok()?;
+    let text = read_regular(&dir.join("cpu.max"))?;
     let mut it = text.split_whitespace();
     let quota: f64 = it.next()?.parse().ok()?;
     let period: f64 = it.next()?.parse().ok()?;

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::cgroup_writer::{
-    ensure_cgroup, read_limit_m, remove_cgroup, write_atomic, write_setting,
+    ensure_cgroup, read_limit_m, read_regular, remove_cgroup, write_atomic, write_setting,
 };
 use super::faults::{Fault, read_back_limit_m};
 use super::layout::{SimLayout, SimQos, container_id};
@@ -516,8 +516,7 @@ fn advance_load(cfg: &SimConfig, st: &mut State, dt_us: f64) {
                 limit_m: read_limit_m(dir),
             })
             .collect();
-        let weight = std::fs::read_to_string(entry.dir.join("cpu.weight"))
-            .ok()
+        let weight = read_regular(&entry.dir.join("cpu.weight"))
             .and_then(|w| w.trim().parse().ok())
             .unwrap_or(100.0);
         inputs.push(PodIn {
