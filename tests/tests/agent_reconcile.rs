@@ -36,6 +36,16 @@ impl Cluster {
         prefix: &str,
         agents: &[Option<Vec<String>>],
     ) -> Cluster {
+        Self::start_with(cp, prefix, agents, |_| {}).await
+    }
+
+    /// [`Cluster::start`] with each node's simulator config tuned.
+    async fn start_with(
+        cp: &'static ControlPlane,
+        prefix: &str,
+        agents: &[Option<Vec<String>>],
+        tune: impl Fn(&mut SimConfig),
+    ) -> Cluster {
         let client = cp.client().await;
         let ns = cp.namespace(prefix).await;
         opt_in(&client, &ns).await;
@@ -47,6 +57,7 @@ impl Cluster {
             let mut cfg = SimConfig::new(&name, &root);
             cfg.resize_delay = Duration::from_millis(100);
             cfg.status_delay = Duration::from_millis(100);
+            tune(&mut cfg);
             let sim = SimKubelet::start(client.clone(), cfg)
                 .await
                 .expect("sim starts");
@@ -360,22 +371,59 @@ async fn pressure_spike_from_unmanaged_pods_shrinks_managed_limits_promptly() {
 /// PSI `some` high (the kernel counts throttled tasks as stalled: the
 /// simulator does too, as the real node showed). That stall is the pod's
 /// own quota, not contention: the pod must be raised to its ceiling and
-/// stay there, with a bounded number of patches.
+/// stay there, with a bounded number of patches. As in the first real run
+/// that went wrong, the pod burns at its limit for a while before the agent
+/// may manage it (kubepods avg10 is high by then), on a 2-CPU node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_throttled_at_its_own_limit_on_an_idle_node_is_not_lowered_by_its_own_stall() {
-    let c = Cluster::start(ControlPlane::shared(), "ownstall", &[Some(vec![])]).await;
+    let c = Cluster::start_with(ControlPlane::shared(), "ownstall", &[Some(vec![])], |cfg| {
+        cfg.allocatable_cpu_m = 2000;
+    })
+    .await;
     let node = c.nodes[0].name.clone();
-    c.create(burstable("burner", &node, "200m", Some("300m")))
-        .await;
+    let mut spec = burstable("burner", &node, "200m", Some("300m"));
+    spec["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    c.create(spec).await;
     c.wait_running("burner").await;
     // A single-threaded busy loop: wants a whole CPU, more than any limit
     // it will get, so it stays throttled (and stalled) all along.
     c.nodes[0].sim.set_demand(&c.ns, "burner", 1000);
+    let kp = c.nodes[0].sim.kubepods_path();
+    let avg10 = || -> f64 {
+        std::fs::read_to_string(kp.join("cpu.pressure"))
+            .ok()
+            .and_then(|t| {
+                t.split_whitespace()
+                    .find_map(|w| w.strip_prefix("avg10="))
+                    .and_then(|v| v.parse().ok())
+            })
+            .unwrap_or(0.0)
+    };
+    let t0 = std::time::Instant::now();
+    while avg10() < 30.0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "kubepods avg10 never rose: {}",
+            avg10()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "measured: kubepods some avg10 {:.1}% when the pod opts in",
+        avg10()
+    );
+    c.pods()
+        .patch(
+            "burner",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"headroom.dev/managed": null}}})),
+        )
+        .await
+        .expect("opt in");
     c.wait_for("burner", "raised to its ceiling 800m", |p| {
         cpu_limit_m(p, "app") == Some(800)
     })
     .await;
-    let gen0 = generation(&c.get("burner").await);
     // 40 ticks of 200 ms, more than the 1 s raise cooldown many times over.
     let mut lowest = 800;
     for _ in 0..40 {
@@ -384,18 +432,11 @@ async fn pod_throttled_at_its_own_limit_on_an_idle_node_is_not_lowered_by_its_ow
             lowest = lowest.min(m);
         }
     }
-    let s = parse_metrics(&c.agent(0).scrape().await.unwrap()).unwrap();
-    let psi = metric(&s, "headroom_node_pressure_some_ratio", &[]).unwrap_or(0.0);
-    eprintln!("measured: kubepods PSI some avg10 ratio while throttled {psi:.3}");
-    assert!(
-        psi > 0.1,
-        "the scenario must show real stall to mean anything (some avg10 {psi:.3})"
-    );
     assert_eq!(lowest, 800, "lowered for its own throttling");
-    assert_eq!(
-        generation(&c.get("burner").await),
-        gen0,
-        "patched again after reaching the ceiling"
+    assert!(
+        generation(&c.get("burner").await) <= 2,
+        "more than one patch: {}",
+        generation(&c.get("burner").await)
     );
 }
 

@@ -679,6 +679,264 @@ async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
                 node.name()
             ));
         }
+        // Which the test saw first, per round. Not asserted: the cgroup time
+        // is when an ssh session that polled it in the guest returned, which
+        // adds up to a second under emulation, so the order seen from the
+        // host is only a measurement (the kubelet reports what the runtime
+        // applied, so the write comes first).
+        let cgroup_first = to_cgroup
+            .iter()
+            .zip(&to_status)
+            .filter(|(cg, st)| cg <= st)
+            .count();
+        to_cgroup.sort_by(f64::total_cmp);
+        to_status.sort_by(f64::total_cmp);
+        eprintln!(
+            "MEASURE {} resize PATCH→cpu.max n={} p50 {:.2}s p95 {:.2}s; PATCH→status p50 {:.2}s p95 {:.2}s; cpu.max seen first in {cgroup_first} of {} rounds",
+            node.name(),
+            to_cgroup.len(),
+            percentile(&to_cgroup, 0.5),
+            percentile(&to_cgroup, 0.95),
+            percentile(&to_status, 0.5),
+            percentile(&to_status, 0.95),
+            to_cgroup.len(),
+        );
+        sim.stop().await;
+    }
+    cleanup(&client, &[ns.as_str()]).await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One observable step of a resize, as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ResizeStep {
+    generation_observed: bool,
+    in_progress: bool,
+    pending: bool,
+    status_limit_m: Option<u64>,
+}
+
+fn millis(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u64> {
+    q.and_then(|q| headroom::quantity::cpu_millis(&q.0).ok())
+}
+
+fn resize_step(p: &Pod) -> ResizeStep {
+    let generation = p.metadata.generation.unwrap_or(0);
+    let st = p.status.as_ref();
+    let conds = st.and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let has = |t: &str| conds.iter().any(|c| c.type_ == t && c.status == "True");
+    let status_limit_m = st
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.name == "app"))
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| millis(r.limits.as_ref().and_then(|l| l.get("cpu"))));
+    ResizeStep {
+        generation_observed: st.and_then(|s| s.observed_generation).unwrap_or(0) >= generation,
+        in_progress: has("PodResizeInProgress"),
+        pending: has("PodResizePending"),
+        status_limit_m,
+    }
+}
+
+/// Watches `name` from just before a resize to its end; returns the distinct
+/// steps in order, and when status first showed `want_m`.
+async fn resize_timeline(
+    api: &Api<Pod>,
+    name: &str,
+    want_m: u64,
+    patch: impl std::future::Future<Output = Instant>,
+) -> (Vec<ResizeStep>, Instant, Instant) {
+    use futures::StreamExt;
+    let stream = kube::runtime::watcher(
+        api.clone(),
+        kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}")),
+    );
+    let steps = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(Instant, ResizeStep)>::new()));
+    let s2 = steps.clone();
+    let watch = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
+        while let Some(Ok(p)) = stream.next().await {
+            s2.lock().unwrap().push((Instant::now(), resize_step(&p)));
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let patched_at = patch.await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status_at = loop {
+        let seen = steps.lock().unwrap().clone();
+        if let Some((t, _)) = seen.iter().find(|(t, s)| {
+            *t >= patched_at
+                && s.status_limit_m == Some(want_m)
+                && !s.in_progress
+                && s.generation_observed
+        }) {
+            break *t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "resize of {name} never completed: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watch.abort();
+    let mut out: Vec<ResizeStep> = Vec::new();
+    let first_after = steps
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(t, _)| *t < patched_at)
+        .count();
+    for (_, s) in steps
+        .lock()
+        .unwrap()
+        .iter()
+        .skip(first_after.saturating_sub(1))
+    {
+        if out.last() != Some(s) {
+            out.push(s.clone());
+        }
+    }
+    (out, patched_at, status_at)
+}
+
+fn limit_patch(m: u64) -> Patch<Value> {
+    Patch::Strategic(
+        json!({"spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": format!("{m}m")}}}]}}),
+    )
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace("resize").await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rounds: usize = std::env::var("HEADROOM_REAL_RESIZE_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4);
+    let mut failures = Vec::new();
+    for (i, node) in c.nodes.iter().enumerate() {
+        let sim_name = format!("simr-{}", node.name());
+        let mut cfg = SimConfig::new(&sim_name, dir.path().join(format!("cg{i}")));
+        cfg.layout = sim_layout(node);
+        cfg.allocatable_cpu_m = 2000;
+        let sim = SimKubelet::start(client.clone(), cfg)
+            .await
+            .expect("sim starts");
+        c.cp.wait_node_admissible(&sim_name)
+            .await
+            .expect("sim node admissible");
+        let spec = |n: &str, nd: &str| {
+            pod(
+                n,
+                nd,
+                vec![container(
+                    "app",
+                    json!({"cpu": "2m"}),
+                    json!({"cpu": "300m"}),
+                )],
+            )
+        };
+        let real_name = format!("rs-{i}");
+        let sim_pod_name = format!("sim-rs-{i}");
+        create(&api, spec(&real_name, node.name())).await;
+        create(&api, spec(&sim_pod_name, &sim_name)).await;
+        let mut real = wait_running(&api, &real_name, Duration::from_secs(300)).await;
+        wait_running(&api, &sim_pod_name, Duration::from_secs(60)).await;
+        // Wait for the kubelet to report the container's resources before resizing.
+        for _ in 0..60 {
+            if resize_step(&real).status_limit_m.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            real = api.get(&real_name).await.expect("get");
+        }
+
+        let mut to_cgroup = Vec::new();
+        let mut to_status = Vec::new();
+        for round in 0..rounds {
+            let want_m = if round % 2 == 0 { 250 } else { 300 };
+            let quota = format!("{} 100000", want_m * 100);
+            let pod_now = api.get(&real_name).await.expect("get");
+            let patch = limit_patch(want_m);
+            let (steps, patched_at, status_at) = resize_timeline(&api, &real_name, want_m, async {
+                let t = Instant::now();
+                let (patched, cg) = tokio::join!(
+                    resize(&api, &real_name, &patch, false),
+                    node.wait_cpu_max(&pod_now, "app", &quota, Duration::from_secs(60)),
+                );
+                patched.expect("resize admitted");
+                let cg = cg.expect("cpu.max changes");
+                to_cgroup.push(cg.duration_since(t).as_secs_f64());
+                t
+            })
+            .await;
+            to_status.push(status_at.duration_since(patched_at).as_secs_f64());
+            let (sim_steps, _, _) = resize_timeline(&api, &sim_pod_name, want_m, async {
+                let t = Instant::now();
+                resize(&api, &sim_pod_name, &patch, false)
+                    .await
+                    .expect("sim resize");
+                t
+            })
+            .await;
+            if round == 0 {
+                eprintln!(
+                    "{}: real steps {steps:#?}\nsim steps {sim_steps:#?}",
+                    node.name()
+                );
+            }
+            if steps != sim_steps {
+                failures.push(format!(
+                    "{} round {round}: PARITY real {steps:?} vs sim {sim_steps:?}",
+                    node.name()
+                ));
+            }
+        }
+        // 5m → 500 µs, raised to the 1000 µs minimum. Created at 300m and
+        // resized: a container started under a 1 % quota takes minutes to
+        // start under emulation.
+        let tiny = limit_patch(5);
+        resize(&api, &real_name, &tiny, false)
+            .await
+            .expect("resize to 5m");
+        resize(&api, &sim_pod_name, &tiny, false)
+            .await
+            .expect("sim resize to 5m");
+        let pod_now = api.get(&real_name).await.expect("get");
+        node.wait_cpu_max(&pod_now, "app", "1000 100000", Duration::from_secs(90))
+            .await
+            .expect("5m limit enforced as 1000 µs");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let real_files = node
+            .pod_cpu_max(&api.get(&real_name).await.expect("get"))
+            .await
+            .expect("read");
+        let sim_pod = api.get(&sim_pod_name).await.expect("get");
+        let sim_files = sim_cpu_max(&sim, &ns, &sim_pod, &["app"]);
+        assert_eq!(
+            real_files.pod,
+            "1000 100000",
+            "{}: pod cgroup at 5m",
+            node.name()
+        );
+        if sim_files.pod != real_files.pod
+            || sim_files.containers.get("app") != real_files.containers.get("app")
+        {
+            failures.push(format!(
+                "{} 5m: PARITY sim {sim_files:?} vs real {real_files:?}",
+                node.name()
+            ));
+        }
         to_cgroup.sort_by(f64::total_cmp);
         to_status.sort_by(f64::total_cmp);
         eprintln!(
