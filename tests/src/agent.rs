@@ -189,6 +189,22 @@ impl AgentProcess {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// Whether the process is still running (not exited, not killed).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILL at once (no shutdown path runs, as with the OOM killer or a
+    /// node crash), then reap. The log file stays.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// SIGTERM, then wait (bounded), then SIGKILL.
     pub async fn stop(&mut self) {
         let Some(mut c) = self.child.take() else {
@@ -247,7 +263,7 @@ pub async fn http_get(port: u16, path: &str) -> anyhow::Result<(u16, String)> {
     Ok((code, body))
 }
 
-fn dechunk(body: &str) -> String {
+pub(crate) fn dechunk(body: &str) -> String {
     let mut out = String::new();
     let mut rest = body;
     while let Some((size, tail)) = rest.split_once("\r\n") {

@@ -22,7 +22,7 @@ use std::fs::File;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -89,9 +89,17 @@ pub struct ControlPlane {
     pids: Vec<u32>,
     pki: Pki,
     etcd_pid: u32,
-    apiserver_pid: u32,
+    /// Changes when [`ControlPlane::start_apiserver`] starts a new one.
+    apiserver_pid: AtomicU32,
     etcd_log: PathBuf,
     apiserver_log: PathBuf,
+    /// etcd's loopback client URL (gRPC and its HTTP/JSON gateway).
+    etcd_client_url: String,
+    /// How the apiserver was started, to start it again the same way.
+    api_bin: PathBuf,
+    api_args: Vec<String>,
+    /// How many times the apiserver was started (names its log files).
+    api_starts: AtomicU32,
     ready_after: Duration,
     apiserver_version: String,
 }
@@ -441,9 +449,13 @@ impl ControlPlane {
             pki,
             children: Mutex::new(std::mem::take(&mut guard.0)),
             etcd_pid,
-            apiserver_pid,
+            apiserver_pid: AtomicU32::new(apiserver_pid),
             etcd_log,
             apiserver_log,
+            etcd_client_url: client_url,
+            api_bin,
+            api_args,
+            api_starts: AtomicU32::new(1),
             ready_after,
             apiserver_version: opts.apiserver_version.clone(),
         })
@@ -609,8 +621,113 @@ impl ControlPlane {
         self.etcd_pid
     }
 
+    /// Pid of the running kube-apiserver (the latest one after a restart).
     pub fn apiserver_pid(&self) -> u32 {
-        self.apiserver_pid
+        self.apiserver_pid.load(Ordering::SeqCst)
+    }
+
+    /// etcd's loopback client URL, e.g. `http://127.0.0.1:2379`.
+    pub fn etcd_client_url(&self) -> &str {
+        &self.etcd_client_url
+    }
+
+    /// SIGKILLs the kube-apiserver and reaps it; etcd and its data stay.
+    /// Clients (agents, simulated kubelets) see connection errors until
+    /// [`ControlPlane::start_apiserver`]. For a private instance only: a
+    /// shared one serves other tests (refused with an error).
+    pub fn kill_apiserver(&self) -> anyhow::Result<()> {
+        if self.tmp.is_none() {
+            bail!("kill_apiserver on a shared control plane would break other tests");
+        }
+        let pid = self.apiserver_pid();
+        let mut children = self.children.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = children.iter().position(|c| c.id() == pid) else {
+            bail!("kube-apiserver (pid {pid}) is not running");
+        };
+        let mut c = children.remove(i);
+        let killed = c.kill();
+        c.wait().context("reaping kube-apiserver")?;
+        killed.context("SIGKILL kube-apiserver")
+    }
+
+    /// Starts kube-apiserver again with the command line of the first start
+    /// (same port, certificates and etcd), after [`ControlPlane::kill_apiserver`],
+    /// and waits for `/readyz`. Its log goes to `kube-apiserver.<n>.log`
+    /// beside the first one. Returns the time until ready.
+    pub async fn start_apiserver(&self) -> anyhow::Result<Duration> {
+        if self.tmp.is_none() {
+            bail!("start_apiserver on a shared control plane");
+        }
+        let started = Instant::now();
+        let n = self.api_starts.fetch_add(1, Ordering::SeqCst) + 1;
+        let log = self.dir.join(format!("kube-apiserver.{n}.log"));
+        let mut child = spawn_logged(&self.api_bin, &self.api_args, &log)?;
+        let pid = child.id();
+        let client = Client::try_from(self.config.clone())?;
+        let deadline = Instant::now() + ready_timeout();
+        let res: anyhow::Result<()> = loop {
+            if let Some(status) = child.try_wait()? {
+                break Err(exited_early("kube-apiserver", status, &log));
+            }
+            let req = http::Request::get("/readyz").body(Vec::new())?;
+            let last = match client.request_text(req).await {
+                Ok(body) if body.trim() == "ok" => break Ok(()),
+                Ok(body) => body,
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() > deadline {
+                break Err(anyhow!(
+                    "restarted kube-apiserver not ready after {:?} (last /readyz: {last}); log {}:\n{}",
+                    ready_timeout(),
+                    log.display(),
+                    log_tail(&log, 40)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        if let Err(e) = res {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+        self.apiserver_pid.store(pid, Ordering::SeqCst);
+        self.children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(child);
+        Ok(started.elapsed())
+    }
+
+    /// Compacts etcd's history up to its current revision and returns that
+    /// revision: every older revision is gone, so a watch resuming from an
+    /// older `resourceVersion` is answered `410 Gone` ("too old resource
+    /// version") by a watch served from etcd. Done through etcd's HTTP/JSON
+    /// gateway (`/v3/kv/range` for the revision, `/v3/kv/compaction` with
+    /// `physical: true`, which returns once the compaction is done), so no
+    /// etcd client crate is needed. Chosen over a short
+    /// `--etcd-compaction-interval` on the apiserver, which compacts at
+    /// moments of its own and only up to the revision of its previous
+    /// cycle: a test could not place the compaction where it wants it.
+    pub async fn compact_etcd(&self) -> anyhow::Result<i64> {
+        let port: u16 = self
+            .etcd_client_url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .context("etcd client URL has no port")?;
+        // Any key: the response header carries the store's current revision.
+        let range = http_post_json(port, "/v3/kv/range", r#"{"key":"AA==","limit":1}"#).await?;
+        let rev: i64 = range["header"]["revision"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .or_else(|| range["header"]["revision"].as_i64())
+            .with_context(|| format!("no revision in etcd range answer: {range}"))?;
+        let body = format!(r#"{{"revision":"{rev}","physical":true}}"#);
+        let out = http_post_json(port, "/v3/kv/compaction", &body).await?;
+        if out.get("error").is_some() || out.get("code").is_some() {
+            bail!("etcd compaction at {rev} failed: {out}");
+        }
+        Ok(rev)
     }
 
     /// (etcd log, kube-apiserver log)
@@ -770,6 +887,44 @@ impl Drop for ControlPlane {
             let _ = std::fs::remove_file(tmp.keep().join(OWNER_FILE));
         }
     }
+}
+
+/// `POST path` with a JSON body to `127.0.0.1:port` over plain HTTP/1.1
+/// (etcd's gateway), returning the JSON answer; non-2xx is an error.
+async fn http_post_json(port: u16, path: &str, body: &str) -> anyhow::Result<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .with_context(|| format!("connecting to 127.0.0.1:{port}"))?;
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, rest) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("no HTTP header end in answer to {path}"))?;
+    let code: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .with_context(|| format!("no status code in answer to {path}"))?;
+    let json = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        crate::agent::dechunk(rest)
+    } else {
+        rest.to_string()
+    };
+    if !(200..300).contains(&code) {
+        bail!("POST {path} answered {code}: {json}");
+    }
+    serde_json::from_str(json.trim()).with_context(|| format!("JSON of POST {path}: {json}"))
 }
 
 /// A `resize` subresource patch on a pod; `dry_run` sends `dryRun=All`.

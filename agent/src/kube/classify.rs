@@ -110,6 +110,15 @@ pub fn classify_status(
     match code {
         404 => Outcome::NotFound,
         409 => Outcome::Conflict,
+        // Resize admission cannot find the pod's Node: the Node object is
+        // being deleted and registered again, which passes. Not an RBAC or
+        // policy alarm: that would stop every patch of the node for 30 s,
+        // doubling per 403 up to 10 min, long after the Node is back.
+        // Back off per pod instead (found by tests/tests/agent_faults.rs).
+        403 if is_node_not_found(&message) => Outcome::Transient {
+            class: "node_not_found",
+            message,
+        },
         401 | 403 if !is_refusal_403(&message) => Outcome::Forbidden(message),
         429 => Outcome::Transient {
             class: "throttled",
@@ -132,6 +141,13 @@ pub fn classify_status(
             message,
         },
     }
+}
+
+/// kube-apiserver 1.37's resize admission for a pod whose `spec.nodeName`
+/// is not a Node it knows: `pods "p" is forbidden: node "n" not found`.
+fn is_node_not_found(msg: &str) -> bool {
+    msg.split_once("forbidden: node \"")
+        .is_some_and(|(_, rest)| rest.ends_with("\" not found"))
 }
 
 /// 403s that are about the pod or node, not about who asks: admission
@@ -246,6 +262,28 @@ mod tests {
             classify_status(
                 403,
                 "pods \"p\" is forbidden: User \"x\" cannot patch resource \"pods/resize\"",
+                1,
+                10
+            ),
+            Outcome::Forbidden(_)
+        ));
+    }
+
+    #[test]
+    fn missing_node_is_transient_not_an_rbac_alarm() {
+        // kube-apiserver 1.37.2 while the pod's Node object is deleted.
+        let msg = "pods \"b\" is forbidden: node \"n1\" not found";
+        assert!(matches!(
+            classify_status(403, msg, 400, 10),
+            Outcome::Transient {
+                class: "node_not_found",
+                ..
+            }
+        ));
+        assert!(matches!(
+            classify_status(
+                403,
+                "pods \"b\" is forbidden: node \"n1\" not found by policy x",
                 1,
                 10
             ),

@@ -194,6 +194,15 @@ impl SimKubelet {
         })
     }
 
+    /// Creates the Node again (or updates it), as a kubelet restarted after
+    /// its Node object was deleted registers it anew. The simulator never
+    /// does this by itself: a test deletes and recreates the Node when it wants.
+    pub async fn register_node(&self, client: &kube::Client) -> anyhow::Result<()> {
+        driver::register_node(client, &self.shared.cfg)
+            .await
+            .with_context(|| format!("registering node {}", self.shared.cfg.node_name))
+    }
+
     pub fn config(&self) -> &SimConfig {
         &self.shared.cfg
     }
