@@ -12,6 +12,32 @@ use anyhow::{Context, bail};
 use crate::process::spawn_guarded;
 
 /// Path of the agent binary; builds it once if the workspace has not yet.
+/// Removes the variables `cargo test` sets to describe the test crate
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...) from a nested cargo build.
+/// Passed on, they change build-script fingerprints (ring's tracks
+/// `CARGO_MANIFEST_DIR`) and cost a rebuild of ring, rustls and kube on
+/// every test run, and another one for the next plain build.
+pub fn clean_cargo_env(cmd: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars_os() {
+        let Some(k) = k.to_str() else { continue };
+        if k == "CARGO"
+            || k.starts_with("CARGO_PKG_")
+            || matches!(
+                k,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+            )
+        {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 pub fn agent_binary() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
@@ -23,7 +49,8 @@ pub fn agent_binary() -> anyhow::Result<PathBuf> {
             let bin = target.join("debug").join("headroom-agent");
             // Always ask cargo: a no-op when fresh, a rebuild when the agent
             // changed since the last `cargo test`.
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+            let status = clean_cargo_env(&mut cmd)
                 .args([
                     "build",
                     "-q",

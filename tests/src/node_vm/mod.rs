@@ -107,7 +107,8 @@ pub fn static_agent_binary() -> anyhow::Result<PathBuf> {
     BUILT
         .get_or_init(|| {
             let repo = repo_root();
-            let status = Command::new("bash")
+            let mut cmd = Command::new("bash");
+            let status = crate::agent::clean_cargo_env(&mut cmd)
                 .arg(repo.join("scripts/static-build.sh"))
                 .stdout(Stdio::null())
                 .status()
