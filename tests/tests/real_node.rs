@@ -713,6 +713,27 @@ async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
 use testkit::agent::metric;
 use testkit::node_vm::{GuestAgent, static_agent_binary};
 
+/// The static agent, copied into every node's share.
+fn install_agents(c: &RealCluster) {
+    let bin = static_agent_binary().expect("static agent");
+    for node in &c.nodes {
+        node.install_agent(&bin).expect("install agent");
+    }
+}
+
+/// An idle Guaranteed pod (100m), which the agent must leave alone.
+fn guaranteed_idle(node: &str) -> Value {
+    pod(
+        "guaranteed",
+        node,
+        vec![container(
+            "app",
+            json!({"cpu": "100m", "memory": "32Mi"}),
+            json!({"cpu": "100m", "memory": "32Mi"}),
+        )],
+    )
+}
+
 /// Agent settings for the emulated nodes: a 1 s tick, short cooldown and
 /// audit so a scenario fits in minutes.
 fn vm_agent_args() -> Vec<String> {
@@ -819,19 +840,7 @@ async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     create(&api, burner("burner", node.name(), "200m", "300m", 1)).await;
     // Left alone: Guaranteed, opted out, RestartContainer policy.
-    create(
-        &api,
-        pod(
-            "guaranteed",
-            node.name(),
-            vec![container(
-                "app",
-                json!({"cpu": "100m", "memory": "32Mi"}),
-                json!({"cpu": "100m", "memory": "32Mi"}),
-            )],
-        ),
-    )
-    .await;
+    create(&api, guaranteed_idle(node.name())).await;
     let mut out = pod(
         "opted-out",
         node.name(),
@@ -990,10 +999,7 @@ async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
 async fn agent_in_the_vm_raises_a_throttled_pod_on_an_idle_node_and_leaves_others_alone() {
     let Some(c) = cluster() else { return };
     let _serial = SERIAL.lock().await;
-    let bin = static_agent_binary().expect("static agent");
-    for node in &c.nodes {
-        node.install_agent(&bin).expect("install agent");
-    }
+    install_agents(c);
     futures::future::join_all(c.nodes.iter().map(|n| idle_raise_on(c, n))).await;
 }
 
@@ -1067,10 +1073,7 @@ async fn contention_on(c: &RealCluster, node: &NodeVm) {
 async fn agent_in_the_vm_lowers_managed_limits_under_real_contention() {
     let Some(c) = cluster() else { return };
     let _serial = SERIAL.lock().await;
-    let bin = static_agent_binary().expect("static agent");
-    for node in &c.nodes {
-        node.install_agent(&bin).expect("install agent");
-    }
+    install_agents(c);
     futures::future::join_all(c.nodes.iter().map(|n| contention_on(c, n))).await;
 }
 
@@ -1164,19 +1167,7 @@ async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
     opt_in(&client, &ns).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     create(&api, burner("burner", node.name(), "200m", "300m", 1)).await;
-    create(
-        &api,
-        pod(
-            "guaranteed",
-            node.name(),
-            vec![container(
-                "app",
-                json!({"cpu": "100m", "memory": "32Mi"}),
-                json!({"cpu": "100m", "memory": "32Mi"}),
-            )],
-        ),
-    )
-    .await;
+    create(&api, guaranteed_idle(node.name())).await;
     create(
         &api,
         pod(
@@ -1259,10 +1250,7 @@ async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
 async fn agent_in_the_vm_keeps_a_pod_throttled_at_its_own_limit_raised_on_an_idle_node() {
     let Some(c) = cluster() else { return };
     let _serial = SERIAL.lock().await;
-    let bin = static_agent_binary().expect("static agent");
-    for node in &c.nodes {
-        node.install_agent(&bin).expect("install agent");
-    }
+    install_agents(c);
     futures::future::join_all(c.nodes.iter().map(|n| own_throttling_on(c, n))).await;
 }
 
@@ -1337,10 +1325,7 @@ async fn drift_on(c: &RealCluster, node: &NodeVm) {
 async fn agent_in_the_vm_reports_an_out_of_band_cpu_max_write_as_drift() {
     let Some(c) = cluster() else { return };
     let _serial = SERIAL.lock().await;
-    let bin = static_agent_binary().expect("static agent");
-    for node in &c.nodes {
-        node.install_agent(&bin).expect("install agent");
-    }
+    install_agents(c);
     futures::future::join_all(c.nodes.iter().map(|n| drift_on(c, n))).await;
 }
 

@@ -116,21 +116,13 @@ pub fn ensure_cgroup(
 /// or content it would not have accepted.
 /// Reads a file the simulator wrote, but only if it is still a regular file:
 /// tests replace files with FIFOs to attack the agent, and a blocking read
-/// here would hang the simulator (and the test waiting for it to stop).
+/// here would hang the simulator (and the test waiting for it to stop). The
+/// agent's hardened reader (no symlinks, non-blocking open, regular files,
+/// size cap) is exactly that: plain file I/O, no cgroup semantics shared.
 pub fn read_regular(path: &Path) -> Option<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut s = String::new();
-    f.read_to_string(&mut s).ok()?;
-    Some(s)
+    headroom::cgroup::read::read(path)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
 }
 
 pub fn read_limit_m(dir: &Path) -> Option<f64> {

@@ -262,30 +262,35 @@ impl NodeVm {
         log_tail(&self.dir.join("console.log"), n)
     }
 
+    /// ssh options every session to this guest shares: its key and port, no
+    /// host-key bookkeeping, never a prompt, the shared control socket.
+    fn ssh_args(&self) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = vec!["-i".into(), self.ssh_key.clone().into()];
+        for s in [
+            "-p",
+            &self.ssh_port.to_string(),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ServerAliveInterval=15",
+            "-o",
+        ] {
+            a.push(s.into());
+        }
+        a.push(format!("ControlPath={}", self.dir.join("ssh.sock").display()).into());
+        a
+    }
+
     fn ssh_command(&self, remote: &str) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new("ssh");
-        cmd.arg("-i")
-            .arg(&self.ssh_key)
-            .args(["-p", &self.ssh_port.to_string()])
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "LogLevel=ERROR",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ConnectTimeout=20",
-                "-o",
-                "ServerAliveInterval=15",
-                "-o",
-            ])
-            .arg(format!(
-                "ControlPath={}",
-                self.dir.join("ssh.sock").display()
-            ))
+        cmd.args(self.ssh_args())
+            .args(["-o", "ConnectTimeout=20"])
             .args(["root@127.0.0.1", remote])
             .stdin(Stdio::null())
             .kill_on_drop(true);
@@ -353,28 +358,8 @@ impl NodeVm {
         let up = self.booted_at.elapsed();
         let mut master = std::process::Command::new("ssh");
         master
-            .arg("-i")
-            .arg(&self.ssh_key)
-            .args(["-p", &self.ssh_port.to_string()])
-            .args([
-                "-o",
-                "StrictHostKeyChecking=no",
-                "-o",
-                "UserKnownHostsFile=/dev/null",
-                "-o",
-                "LogLevel=ERROR",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "ServerAliveInterval=15",
-                "-o",
-                "ControlMaster=yes",
-                "-o",
-            ])
-            .arg(format!(
-                "ControlPath={}",
-                self.dir.join("ssh.sock").display()
-            ))
+            .args(self.ssh_args())
+            .args(["-o", "ControlMaster=yes"])
             .args(["-N", "root@127.0.0.1"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
