@@ -1355,6 +1355,10 @@ async fn vm_orphan_helper() {
     pids.push(vm.qemu_pid().to_string());
     println!("{PIDS_LINE} {}", pids.join(" "));
     if mode == "panic" {
+        // Panic only once the parent has seen the VM alive: panicking at once
+        // raced the parent's "qemu is running" check (the unwind kills qemu).
+        let mut go = String::new();
+        let _ = std::io::stdin().read_line(&mut go);
         panic!("deliberate panic with a VM running");
     }
     std::mem::forget(vm);
@@ -1376,10 +1380,11 @@ fn vm_orphan_check(mode: &str) {
     let mut cmd = std::process::Command::new(std::env::current_exe().expect("exe"));
     cmd.args(["vm_orphan_helper", "--exact", "--ignored", "--nocapture"])
         .env(ORPHAN_MODE, mode)
-        .stdin(std::process::Stdio::null())
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     let mut child = spawn_guarded(cmd).expect("spawn helper");
+    let mut go = child.stdin.take().expect("stdin");
     let out = BufReader::new(child.stdout.take().expect("stdout"));
     let pids: Vec<u32> = out
         .lines()
@@ -1400,7 +1405,11 @@ fn vm_orphan_check(mode: &str) {
     if mode == "sigkill" {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) };
+    } else {
+        use std::io::Write;
+        let _ = writeln!(go, "go");
     }
+    drop(go);
     let _ = child.wait();
     let deadline = Instant::now() + Duration::from_secs(60);
     while pids.iter().any(|p| !process_gone(*p, "")) {
