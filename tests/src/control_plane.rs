@@ -433,6 +433,32 @@ impl ControlPlane {
                 Ok(children) => guard.0.extend(children),
                 Err(e) => return Err(fail(e, tmp)),
             }
+            // The controllers are up once the ServiceAccount controller has made
+            // `default/default`; a controller that exits (a bad flag) fails here,
+            // not later as a DaemonSet that never gets pods.
+            let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+            let names = ["kube-controller-manager", "kube-scheduler"];
+            loop {
+                for (i, name) in names.iter().enumerate() {
+                    if let Some(status) = guard.0[2 + i].try_wait()? {
+                        let log = dir.join(format!("{name}.log"));
+                        return Err(fail(exited_early(name, status, &log), tmp));
+                    }
+                }
+                if sas.get_opt("default").await.ok().flatten().is_some() {
+                    break;
+                }
+                if Instant::now() > deadline + Duration::from_secs(60) {
+                    let log = dir.join("kube-controller-manager.log");
+                    let e = anyhow!(
+                        "kube-controller-manager made no default ServiceAccount; log {}:\n{}",
+                        log.display(),
+                        log_tail(&log, 40)
+                    );
+                    return Err(fail(e, tmp));
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
         let mut pids: Vec<u32> = guard.0.iter().map(Child::id).collect();
         pids.reverse();
@@ -847,7 +873,7 @@ fn start_controllers(
         "--leader-elect=false".into(),
         // Pod CIDRs are the node VMs' own (their CNI config), not allocated.
         "--allocate-node-cidrs=false".into(),
-        "--controllers=*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route".into(),
+        "--controllers=*,-nodeipam".into(),
         "--profiling=false".into(),
     ];
     let sched_args: Vec<String> = vec![

@@ -266,3 +266,71 @@ fn pod_on(name: &str, node: &str) -> Pod {
     }))
     .unwrap()
 }
+
+/// The full cluster the real-node tier uses really runs its controllers: the
+/// DaemonSet controller schedules one pod per Node, and kube-controller-manager
+/// publishes the root CA ConfigMap every namespace's pods mount. (Until this
+/// test, a flag the 1.37 controller manager no longer knew made it exit at
+/// start, unnoticed: the real-node tests never needed a controller.)
+#[tokio::test]
+async fn full_cluster_runs_the_daemonset_controller_and_publishes_the_root_ca() {
+    let cp = ControlPlane::start(ControlPlaneOptions {
+        full_cluster: true,
+        ..ControlPlaneOptions::default()
+    })
+    .await
+    .expect("full control plane");
+    let client = cp.client().await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "ds-node"}})).unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let ns = cp.namespace("ds").await;
+    let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "d"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {
+                "metadata": {"labels": {"app": "d"}},
+                "spec": {
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "c", "image": "headroom.local/pause:1"}],
+                },
+            },
+        },
+    }))
+    .unwrap();
+    let dss: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client.clone(), &ns);
+    dss.create(&PostParams::default(), &ds).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let on_node = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("ds-node")
+                    || p.spec
+                        .as_ref()
+                        .and_then(|s| s.affinity.as_ref())
+                        .is_some_and(|a| format!("{a:?}").contains("ds-node"))
+            })
+            .count();
+        let ca = cms.get_opt("kube-root-ca.crt").await.unwrap();
+        if on_node == 1 && ca.is_some() {
+            let ca = ca.unwrap();
+            let pem = ca.data.and_then(|d| d.get("ca.crt").cloned()).unwrap_or_default();
+            assert_eq!(pem.trim(), cp.ca_pem().trim(), "root CA is the cluster CA");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "DaemonSet pods for ds-node: {on_node}, root CA ConfigMap: {}",
+            ca.is_some()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
