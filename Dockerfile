@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
 # Headroom agent image: one static binary, nothing else.
 #   docker build -t headroom-agent:0.1.0 .
+# Without Docker, scripts/build-image.sh assembles the same final stage with
+# umoci; tests/tests/image.rs checks the two agree (user, ports, entrypoint,
+# labels, one file).
 # The builder runs scripts/static-build.sh, the same script CI runs outside Docker.
 
 FROM rust:1.95-bookworm AS build
@@ -16,6 +19,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 # No shell, no libc, no CA bundle: in-cluster the agent trusts the ServiceAccount CA.
 FROM scratch
+LABEL org.opencontainers.image.title="headroom-agent" \
+      org.opencontainers.image.description="Headroom: node-level CPU limit right-sizer for Kubernetes" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/headroom-agent /headroom-agent
 USER 65532:65532
 EXPOSE 9464
