@@ -14,15 +14,18 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 use serde_json::{Value, json};
 use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
+use testkit::workload::{
+    FOOTPRINT_MIX, container, create_all, mix, opt_in, pod, res, wait_running,
+};
 
 const CMD: &str = "cargo bench -p headroom-tests --bench footprint";
 
@@ -89,138 +92,6 @@ fn release_agent() -> anyhow::Result<PathBuf> {
 }
 
 // ---------------------------------------------------------------- pods
-
-/// A pod of the footprint mix and the CPU demand the sim gives it.
-struct Spec {
-    name: String,
-    body: Value,
-    demand_m: u64,
-}
-
-fn res(req: &str, lim: Option<&str>) -> Value {
-    let mut r = json!({"requests": {"cpu": req, "memory": "16Mi"}});
-    if let Some(l) = lim {
-        r["limits"] = json!({"cpu": l});
-    }
-    r
-}
-
-fn pod(name: &str, node: &str, containers: Vec<Value>, annotations: Option<Value>) -> Value {
-    let mut p = json!({"metadata": {"name": name},
-        "spec": {"nodeName": node, "containers": containers}});
-    if let Some(a) = annotations {
-        p["metadata"]["annotations"] = a;
-    }
-    p
-}
-
-fn container(name: &str, resources: Value) -> Value {
-    json!({"name": name, "image": "registry.k8s.io/pause:3.10", "resources": resources})
-}
-
-/// 160 managed 1-container, 40 managed 3-container Burstable pods, 20
-/// Guaranteed, 15 BestEffort, 15 opted-out Burstable: 250 pods.
-fn footprint_mix(node: &str) -> Vec<Spec> {
-    let mut out = Vec::new();
-    let mut add = |name: String, body: Value, demand_m: u64| {
-        out.push(Spec {
-            name,
-            body,
-            demand_m,
-        })
-    };
-    for i in 0..160 {
-        let n = format!("m1-{i}");
-        let b = pod(
-            &n,
-            node,
-            vec![container("app", res("20m", Some("30m")))],
-            None,
-        );
-        add(n, b, 10);
-    }
-    for i in 0..40 {
-        let n = format!("m3-{i}");
-        let cs = ["app", "sidecar", "log"]
-            .iter()
-            .map(|c| container(c, res("10m", Some("15m"))))
-            .collect();
-        add(n.clone(), pod(&n, node, cs, None), 15);
-    }
-    for i in 0..20 {
-        let n = format!("g-{i}");
-        let r = json!({"requests": {"cpu": "100m", "memory": "16Mi"},
-            "limits": {"cpu": "100m", "memory": "16Mi"}});
-        add(
-            n.clone(),
-            pod(&n, node, vec![container("app", r)], None),
-            50,
-        );
-    }
-    for i in 0..15 {
-        let n = format!("be-{i}");
-        add(
-            n.clone(),
-            pod(&n, node, vec![container("app", json!({}))], None),
-            20,
-        );
-    }
-    for i in 0..15 {
-        let n = format!("out-{i}");
-        let b = pod(
-            &n,
-            node,
-            vec![container("app", res("100m", None))],
-            Some(json!({"headroom.dev/managed": "false"})),
-        );
-        add(n, b, 100);
-    }
-    out
-}
-
-async fn opt_in(client: &Client, ns: &str) -> anyhow::Result<()> {
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-        )
-        .await?;
-    Ok(())
-}
-
-/// Creates pods 25 at a time.
-async fn create_all(api: &Api<Pod>, bodies: Vec<Value>) -> anyhow::Result<()> {
-    futures::stream::iter(bodies)
-        .map(|b| async move {
-            let p: Pod = serde_json::from_value(b)?;
-            api.create(&PostParams::default(), &p).await?;
-            anyhow::Ok(())
-        })
-        .buffer_unordered(25)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
-}
-
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
-async fn wait_running(api: &Api<Pod>, n: usize, bound: Duration) -> anyhow::Result<Duration> {
-    let t0 = Instant::now();
-    loop {
-        let pods = api.list(&ListParams::default()).await?;
-        let up = pods.items.iter().filter(|p| running(p)).count();
-        if up >= n {
-            return Ok(t0.elapsed());
-        }
-        if t0.elapsed() > bound {
-            bail!("{up}/{n} pods Running after {bound:?}");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
 
 /// Sum of `metadata.generation` over the namespace: moves with every patch.
 async fn generation_sum(api: &Api<Pod>) -> anyhow::Result<i64> {
@@ -337,7 +208,7 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     cp.wait_node_admissible(&node).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
-    let mix = footprint_mix(&node);
+    let mix = mix(&node, &FOOTPRINT_MIX);
     let total = mix.len();
     for s in &mix {
         sim.set_demand(&ns, &s.name, s.demand_m);
