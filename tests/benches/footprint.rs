@@ -4,25 +4,40 @@
 //!
 //! Run: `cargo bench -p headroom-tests --bench footprint`
 //!
+//! The soak (issue 12) runs only when asked for:
+//! `FOOTPRINT_PARTS=soak cargo bench -p headroom-tests --bench footprint`.
+//! 250 pods with churn (pods deleted and replaced under new names, demands
+//! redrawn) for `SOAK_MINUTES`; every 30 s a row of the agent's RSS, open
+//! fds, threads, inotify watches and metric series; then whether per-pod
+//! series outlive their pods (an error if they do), and the series count
+//! once all pods but a few are deleted.
+//!
 //! Environment (all optional): `FOOTPRINT_PARTS` = `footprint,latency` (which
-//! parts to run), `FOOTPRINT_WINDOW_S` = sampling window (60), `LATENCY_REPS`
-//! = repetitions per tick setting (5).
+//! parts to run; also `soak`), `FOOTPRINT_WINDOW_S` = sampling window (60),
+//! `LATENCY_REPS` = repetitions per tick setting (5), `SOAK_MINUTES` = churn
+//! duration of the soak (15).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 use serde_json::{Value, json};
-use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
+use testkit::agent::{
+    AgentProcess, fast_args, inotify_watches, metric, open_fds, parse_metrics, pod_series,
+    series_count,
+};
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
+use testkit::workload::{
+    Churn, FOOTPRINT_MIX, container, create_all, mix, opt_in, pod, pod_names, res, wait_running,
+};
 
 const CMD: &str = "cargo bench -p headroom-tests --bench footprint";
 
@@ -33,10 +48,14 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Parts run by default; `soak` (15 minutes and more) only when asked.
+const DEFAULT_PARTS: &str = "footprint,latency";
+
 fn part_enabled(part: &str) -> bool {
     std::env::var("FOOTPRINT_PARTS")
-        .map(|v| v.split(',').any(|p| p.trim() == part))
-        .unwrap_or(true)
+        .unwrap_or_else(|_| DEFAULT_PARTS.to_string())
+        .split(',')
+        .any(|p| p.trim() == part)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -57,6 +76,9 @@ fn main() -> anyhow::Result<()> {
             for tick in ["200ms", "1s"] {
                 latency(&cp, &bin, dir.path(), tick).await?;
             }
+        }
+        if part_enabled("soak") {
+            soak(&cp, &bin, dir.path()).await?;
         }
         Ok(())
     })
@@ -89,138 +111,6 @@ fn release_agent() -> anyhow::Result<PathBuf> {
 }
 
 // ---------------------------------------------------------------- pods
-
-/// A pod of the footprint mix and the CPU demand the sim gives it.
-struct Spec {
-    name: String,
-    body: Value,
-    demand_m: u64,
-}
-
-fn res(req: &str, lim: Option<&str>) -> Value {
-    let mut r = json!({"requests": {"cpu": req, "memory": "16Mi"}});
-    if let Some(l) = lim {
-        r["limits"] = json!({"cpu": l});
-    }
-    r
-}
-
-fn pod(name: &str, node: &str, containers: Vec<Value>, annotations: Option<Value>) -> Value {
-    let mut p = json!({"metadata": {"name": name},
-        "spec": {"nodeName": node, "containers": containers}});
-    if let Some(a) = annotations {
-        p["metadata"]["annotations"] = a;
-    }
-    p
-}
-
-fn container(name: &str, resources: Value) -> Value {
-    json!({"name": name, "image": "registry.k8s.io/pause:3.10", "resources": resources})
-}
-
-/// 160 managed 1-container, 40 managed 3-container Burstable pods, 20
-/// Guaranteed, 15 BestEffort, 15 opted-out Burstable: 250 pods.
-fn footprint_mix(node: &str) -> Vec<Spec> {
-    let mut out = Vec::new();
-    let mut add = |name: String, body: Value, demand_m: u64| {
-        out.push(Spec {
-            name,
-            body,
-            demand_m,
-        })
-    };
-    for i in 0..160 {
-        let n = format!("m1-{i}");
-        let b = pod(
-            &n,
-            node,
-            vec![container("app", res("20m", Some("30m")))],
-            None,
-        );
-        add(n, b, 10);
-    }
-    for i in 0..40 {
-        let n = format!("m3-{i}");
-        let cs = ["app", "sidecar", "log"]
-            .iter()
-            .map(|c| container(c, res("10m", Some("15m"))))
-            .collect();
-        add(n.clone(), pod(&n, node, cs, None), 15);
-    }
-    for i in 0..20 {
-        let n = format!("g-{i}");
-        let r = json!({"requests": {"cpu": "100m", "memory": "16Mi"},
-            "limits": {"cpu": "100m", "memory": "16Mi"}});
-        add(
-            n.clone(),
-            pod(&n, node, vec![container("app", r)], None),
-            50,
-        );
-    }
-    for i in 0..15 {
-        let n = format!("be-{i}");
-        add(
-            n.clone(),
-            pod(&n, node, vec![container("app", json!({}))], None),
-            20,
-        );
-    }
-    for i in 0..15 {
-        let n = format!("out-{i}");
-        let b = pod(
-            &n,
-            node,
-            vec![container("app", res("100m", None))],
-            Some(json!({"headroom.dev/managed": "false"})),
-        );
-        add(n, b, 100);
-    }
-    out
-}
-
-async fn opt_in(client: &Client, ns: &str) -> anyhow::Result<()> {
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-        )
-        .await?;
-    Ok(())
-}
-
-/// Creates pods 25 at a time.
-async fn create_all(api: &Api<Pod>, bodies: Vec<Value>) -> anyhow::Result<()> {
-    futures::stream::iter(bodies)
-        .map(|b| async move {
-            let p: Pod = serde_json::from_value(b)?;
-            api.create(&PostParams::default(), &p).await?;
-            anyhow::Ok(())
-        })
-        .buffer_unordered(25)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
-}
-
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-}
-
-async fn wait_running(api: &Api<Pod>, n: usize, bound: Duration) -> anyhow::Result<Duration> {
-    let t0 = Instant::now();
-    loop {
-        let pods = api.list(&ListParams::default()).await?;
-        let up = pods.items.iter().filter(|p| running(p)).count();
-        if up >= n {
-            return Ok(t0.elapsed());
-        }
-        if t0.elapsed() > bound {
-            bail!("{up}/{n} pods Running after {bound:?}");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
 
 /// Sum of `metadata.generation` over the namespace: moves with every patch.
 async fn generation_sum(api: &Api<Pod>) -> anyhow::Result<i64> {
@@ -337,7 +227,7 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     cp.wait_node_admissible(&node).await?;
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
 
-    let mix = footprint_mix(&node);
+    let mix = mix(&node, &FOOTPRINT_MIX);
     let total = mix.len();
     for s in &mix {
         sim.set_demand(&ns, &s.name, s.demand_m);
@@ -676,5 +566,349 @@ async fn latency(cp: &ControlPlane, bin: &Path, dir: &Path, tick: &str) -> anyho
     watch.abort();
     agent.stop().await;
     sim.stop().await;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- 3. soak
+
+/// Churn cadence of the soak: every `SOAK_STEP`, `SOAK_REPLACE` pods are
+/// deleted and as many created under new names, and `SOAK_RELOAD` pods get a
+/// new demand.
+const SOAK_STEP: Duration = Duration::from_secs(5);
+const SOAK_REPLACE: usize = 5;
+const SOAK_RELOAD: usize = 10;
+/// A row every 30 s; the first 2 minutes are warm-up (initial convergence).
+const SOAK_ROW: Duration = Duration::from_secs(30);
+const SOAK_WARMUP: Duration = Duration::from_secs(120);
+
+/// One row of the soak table.
+#[derive(Clone, Debug)]
+struct SoakRow {
+    t: Duration,
+    /// Average CPU since the previous row, millicores.
+    cpu_m: f64,
+    rss_kib: u64,
+    fds: usize,
+    threads: i64,
+    watches: usize,
+    /// Samples in /metrics.
+    series: usize,
+    /// Pods with per-pod series.
+    series_pods: usize,
+    /// Pods the apiserver lists in the namespace (terminating included).
+    pods: usize,
+    created: usize,
+    deleted: usize,
+    applied: f64,
+    verified: f64,
+}
+
+impl SoakRow {
+    const HEADER: &str = "    t  CPU m  RSS MiB  fds  thr  inotify  series  series-pods  pods  created  deleted  applied  verified";
+
+    fn print(&self) {
+        println!(
+            "{:>5.0} {:>6.1} {:>8.1} {:>4} {:>4} {:>8} {:>7} {:>12} {:>5} {:>8} {:>8} {:>8} {:>9}",
+            self.t.as_secs_f64(),
+            self.cpu_m,
+            mib(self.rss_kib),
+            self.fds,
+            self.threads,
+            self.watches,
+            self.series,
+            self.series_pods,
+            self.pods,
+            self.created,
+            self.deleted,
+            self.applied,
+            self.verified
+        );
+    }
+}
+
+/// Samples the agent, its /metrics and the apiserver's pods; `prev` is the
+/// previous /proc sample (for CPU), replaced by this one.
+async fn soak_row(
+    agent: &mut AgentProcess,
+    api: &Api<Pod>,
+    ns: &str,
+    churn: &Churn,
+    t0: Instant,
+    prev: &mut ProcSample,
+) -> anyhow::Result<SoakRow> {
+    if !agent.is_running() {
+        bail!("agent exited during the soak:\n{}", agent.log_tail(40));
+    }
+    let pid = agent.pid().context("agent pid")?;
+    // fds first: the scrape's own connection is not counted.
+    let fds = open_fds(pid)?;
+    let watches = inotify_watches(pid)?;
+    let p = proc_sample(pid)?;
+    let text = agent.scrape().await?;
+    let s = parse_metrics(&text)?;
+    let row = SoakRow {
+        t: t0.elapsed(),
+        cpu_m: millicores(prev, &p),
+        rss_kib: p.rss_kib,
+        fds,
+        threads: p.threads,
+        watches,
+        series: series_count(&text),
+        series_pods: pod_series(&s, ns).len(),
+        pods: pod_names(api).await?.len(),
+        created: churn.created,
+        deleted: churn.deleted,
+        applied: metric(&s, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0),
+        verified: metric(&s, "headroom_resizes_total", &[("result", "verified")]).unwrap_or(0.0),
+    };
+    *prev = p;
+    Ok(row)
+}
+
+/// min, max, first, last of `f` over `rows`.
+fn spread<T: Copy + PartialOrd>(rows: &[SoakRow], f: impl Fn(&SoakRow) -> T) -> (T, T, T, T) {
+    let v: Vec<T> = rows.iter().map(f).collect();
+    let mut min = v[0];
+    let mut max = v[0];
+    for &x in &v {
+        if x < min {
+            min = x;
+        }
+        if x > max {
+            max = x;
+        }
+    }
+    (min, max, v[0], v[v.len() - 1])
+}
+
+/// Per-pod series (samples) whose pod the apiserver does not list, and
+/// those pods.
+fn stale_series(
+    s: &prometheus_parse::Scrape,
+    ns: &str,
+    listed: &BTreeSet<String>,
+) -> (usize, BTreeSet<String>) {
+    let mut n = 0;
+    let mut pods = BTreeSet::new();
+    for x in s
+        .samples
+        .iter()
+        .filter(|x| x.metric.starts_with("headroom_") && x.labels.get("namespace") == Some(ns))
+    {
+        if let Some(p) = x.labels.get("pod")
+            && !listed.contains(p)
+        {
+            n += 1;
+            pods.insert(p.to_string());
+        }
+    }
+    (n, pods)
+}
+
+async fn soak(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
+    let minutes = env_u64("SOAK_MINUTES", 15);
+    let client = cp.client().await;
+    let ns = cp.namespace("soak").await;
+    opt_in(&client, &ns).await?;
+    let node = format!("{ns}-node");
+    let root = dir.join("cg-soak");
+    let mut cfg = SimConfig::new(&node, &root);
+    cfg.allocatable_cpu_m = 16_000;
+    cfg.allocatable_memory = "64Gi".into();
+    cfg.tick = Duration::from_secs(1);
+    let sim = SimKubelet::start(client.clone(), cfg).await?;
+    host_cpus(&root, 16)?;
+    cp.wait_node_admissible(&node).await?;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    let specs = mix(&node, &FOOTPRINT_MIX);
+    let total = specs.len();
+    for s in &specs {
+        sim.set_demand(&ns, &s.name, s.demand_m);
+    }
+    create_all(&api, specs.iter().map(|s| s.body.clone()).collect()).await?;
+    wait_running(&api, total, Duration::from_secs(300)).await?;
+    let mut agent =
+        AgentProcess::start_with_binary(bin, "info", cp.kubeconfig_path(), &node, &root, dir, &[])
+            .await?;
+    let pid = agent.pid().context("agent pid")?;
+    println!(
+        "\n== soak: {total} pods (footprint mix), node 16 CPUs, sim tick 1 s, agent default \
+         flags; churn for {minutes} min: every {SOAK_STEP:?} {SOAK_REPLACE} pods deleted and \
+         {SOAK_REPLACE} created under new names, {SOAK_RELOAD} demands redrawn \
+         (0..=3× request for managed pods, 0..=1000m for opted-out ones); a row every \
+         {SOAK_ROW:?}, the first {SOAK_WARMUP:?} warm-up"
+    );
+    println!("{}", SoakRow::HEADER);
+
+    let mut churn = Churn::new(api.clone(), &ns, &node, &specs, 0x5eed_0012);
+    let t0 = Instant::now();
+    let mut prev = proc_sample(pid)?;
+    let mut rows = Vec::new();
+    let row = soak_row(&mut agent, &api, &ns, &churn, t0, &mut prev).await?;
+    row.print();
+    rows.push(row);
+    let run = Duration::from_secs(minutes * 60);
+    let mut steps = tokio::time::interval(SOAK_STEP);
+    steps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_row = t0 + SOAK_ROW;
+    while t0.elapsed() < run {
+        steps.tick().await;
+        churn.step(&sim, SOAK_REPLACE, SOAK_RELOAD).await?;
+        if Instant::now() >= next_row {
+            next_row += SOAK_ROW;
+            let row = soak_row(&mut agent, &api, &ns, &churn, t0, &mut prev).await?;
+            row.print();
+            rows.push(row);
+        }
+    }
+    let churned = t0.elapsed();
+
+    // Churn stops; the last deletions are confirmed, the agent ticks on.
+    let settle_t0 = Instant::now();
+    let (stale, stale_pods, listed) = loop {
+        let listed = pod_names(&api).await?;
+        let s = parse_metrics(&agent.scrape().await?)?;
+        let (n, pods) = stale_series(&s, &ns, &listed);
+        let deletions_done = churn.gone().iter().all(|g| !listed.contains(g));
+        if (deletions_done && n == 0) || settle_t0.elapsed() > Duration::from_secs(180) {
+            break (n, pods, listed);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    let settled = settle_t0.elapsed();
+    let row = soak_row(&mut agent, &api, &ns, &churn, t0, &mut prev).await?;
+    row.print();
+    rows.push(row);
+
+    // All pods but 2 of each kind deleted: the series count goes back down.
+    let series_before = rows.last().map_or(0, |r| r.series);
+    churn.delete_all_but(2).await?;
+    let keep: BTreeSet<String> = churn.live().map(|(n, _)| n.to_string()).collect();
+    println!(
+        "-- churn stopped; all but {} pods deleted ({} per-pod series pods and {} series before)",
+        keep.len(),
+        rows.last().map_or(0, |r| r.series_pods),
+        series_before
+    );
+    let down_t0 = Instant::now();
+    let mut down = Vec::new();
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let row = soak_row(&mut agent, &api, &ns, &churn, t0, &mut prev).await?;
+        row.print();
+        let done = row.pods == keep.len()
+            && row.series_pods == churn.live_managed().len()
+            && down
+                .last()
+                .is_some_and(|r: &SoakRow| r.series == row.series && r.fds == row.fds);
+        down.push(row);
+        if done || down_t0.elapsed() > Duration::from_secs(180) {
+            break;
+        }
+    }
+    let down_took = down_t0.elapsed();
+    let s_end = parse_metrics(&agent.scrape().await?)?;
+    let (stale_end, stale_end_pods, _) = {
+        let listed = pod_names(&api).await?;
+        let (n, p) = stale_series(&s_end, &ns, &listed);
+        (n, p, listed)
+    };
+
+    // Summary.
+    let steady: Vec<SoakRow> = rows
+        .iter()
+        .filter(|r| r.t >= SOAK_WARMUP && r.t <= churned)
+        .cloned()
+        .collect();
+    let last = rows.last().cloned().context("no rows")?;
+    let mins = churned.as_secs_f64() / 60.0;
+    println!(
+        "\n== soak summary ({:.1} min of churn, rows after the {:.0} s warm-up: {})",
+        mins,
+        SOAK_WARMUP.as_secs_f64(),
+        steady.len()
+    );
+    if !steady.is_empty() {
+        let (lo, hi, first, end) = spread(&steady, |r| r.rss_kib);
+        println!(
+            "RSS MiB: first {:.1}, last {:.1}, min {:.1}, max {:.1} (VmHWM {:.1})",
+            mib(first),
+            mib(end),
+            mib(lo),
+            mib(hi),
+            mib(prev.hwm_kib)
+        );
+        let (lo, hi, first, end) = spread(&steady, |r| r.fds);
+        println!("open fds: first {first}, last {end}, min {lo}, max {hi}");
+        let (lo, hi, first, end) = spread(&steady, |r| r.threads);
+        println!("threads: first {first}, last {end}, min {lo}, max {hi}");
+        let (lo, hi, first, end) = spread(&steady, |r| r.watches);
+        println!("inotify watches: first {first}, last {end}, min {lo}, max {hi}");
+        let (lo, hi, first, end) = spread(&steady, |r| r.series);
+        println!("/metrics series: first {first}, last {end}, min {lo}, max {hi}");
+        let (lo, hi, first, end) = spread(&steady, |r| r.series_pods);
+        println!("pods with per-pod series: first {first}, last {end}, min {lo}, max {hi}");
+        let cpu: f64 = steady.iter().map(|r| r.cpu_m).sum::<f64>() / steady.len() as f64;
+        println!("CPU: {cpu:.1} millicores avg over the rows");
+    }
+    println!(
+        "churn: {} pods created and {} deleted by churn ({:.1}/min each), {} demands \
+         redrawn; patches applied {}, verified {} ({:.1}/min applied)",
+        last.created,
+        last.deleted,
+        last.created as f64 / mins,
+        churn.demand_changes,
+        last.applied,
+        last.verified,
+        last.applied / mins
+    );
+    let errors = metric(&s_end, "headroom_patch_errors_total", &[]).unwrap_or(0.0);
+    let unverified = metric(
+        &s_end,
+        "headroom_resizes_total",
+        &[("result", "unverified")],
+    )
+    .unwrap_or(0.0);
+    println!("patch errors {errors}, unverified resizes {unverified}");
+    println!(
+        "per-pod series for pods that no longer exist: {stale} (after the churn stopped and a \
+         settle of {settled:.1?}; {} pods listed){}",
+        listed.len(),
+        if stale_pods.is_empty() {
+            String::new()
+        } else {
+            format!(": {stale_pods:?}")
+        }
+    );
+    if let Some(b) = down.last() {
+        println!(
+            "after deleting all but {} pods: /metrics series {} → {} ({down_took:.0?} later), \
+             pods with per-pod series {} → {}, fds {} → {}, RSS {:.1} → {:.1} MiB; stale series \
+             at the end: {stale_end}",
+            keep.len(),
+            series_before,
+            b.series,
+            last.series_pods,
+            b.series_pods,
+            last.fds,
+            b.fds,
+            mib(last.rss_kib),
+            mib(b.rss_kib)
+        );
+    }
+    let panicked = agent.log().contains("panicked");
+    println!("agent alive: {}, panicked: {panicked}", agent.is_running());
+    agent.stop().await;
+    sim.stop().await;
+    if stale > 0 || stale_end > 0 {
+        bail!(
+            "per-pod series outlived their pods: {stale} after the churn ({stale_pods:?}), \
+             {stale_end} after the bulk deletion ({stale_end_pods:?})"
+        );
+    }
+    if panicked {
+        bail!("the agent panicked");
+    }
     Ok(())
 }

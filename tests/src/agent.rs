@@ -1,6 +1,7 @@
 //! The real `headroom-agent` binary as a child process of a test, pointed at
 //! the harness's apiserver and a simulated node's cgroup root.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -332,4 +333,49 @@ pub fn metric(
         }
     }
     found
+}
+
+/// Pods of `ns` that have any per-pod series (a `headroom_*` sample with
+/// `namespace` and `pod` labels).
+pub fn pod_series(scrape: &prometheus_parse::Scrape, ns: &str) -> BTreeSet<String> {
+    scrape
+        .samples
+        .iter()
+        .filter(|x| x.metric.starts_with("headroom_") && x.labels.get("namespace") == Some(ns))
+        .filter_map(|x| x.labels.get("pod").map(str::to_string))
+        .collect()
+}
+
+/// Number of samples (series) in a `/metrics` text: its lines that are
+/// neither comments nor blank.
+pub fn series_count(text: &str) -> usize {
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count()
+}
+
+/// Open file descriptors of a process (entries of `/proc/<pid>/fd`).
+pub fn open_fds(pid: u32) -> std::io::Result<usize> {
+    Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
+}
+
+/// inotify watches a process holds, over all its inotify fds (the
+/// `inotify wd:` lines of `/proc/<pid>/fdinfo/<fd>`).
+pub fn inotify_watches(pid: u32) -> std::io::Result<usize> {
+    let mut n = 0;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))?.flatten() {
+        let is_inotify =
+            std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == "anon_inode:inotify");
+        if is_inotify {
+            let info = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))?;
+            n += info
+                .lines()
+                .filter(|l| l.starts_with("inotify wd:"))
+                .count();
+        }
+    }
+    Ok(n)
 }

@@ -38,7 +38,7 @@ use kube::{Api, Client};
 use prometheus_parse::Scrape;
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
+use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics, pod_series};
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet};
 
@@ -389,15 +389,6 @@ fn touched_by_agent(p: &Pod) -> bool {
 /// `headroom_resizes_total{result}`, summed over directions.
 fn resizes(s: &Scrape, result: &str) -> f64 {
     metric(s, RESIZES, &[("result", result)]).unwrap_or(0.0)
-}
-
-/// Pods of `ns` that have any per-pod series.
-fn pod_series(s: &Scrape, ns: &str) -> BTreeSet<String> {
-    s.samples
-        .iter()
-        .filter(|x| x.metric.starts_with("headroom_") && x.labels.get("namespace") == Some(ns))
-        .filter_map(|x| x.labels.get("pod").map(str::to_string))
-        .collect()
 }
 
 /// No duplicate patch: every patch this agent counted as applied moved a

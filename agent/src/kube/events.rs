@@ -61,6 +61,11 @@ impl EventLimiter {
     pub fn forget(&mut self, pod_uid: &str) {
         self.last.retain(|(uid, _), _| uid != pod_uid);
     }
+
+    /// Pods (uids) with an event remembered (once per reason).
+    pub fn uids(&self) -> impl Iterator<Item = &String> {
+        self.last.keys().map(|(uid, _)| uid)
+    }
 }
 
 pub fn pod_reference(pod: &PodView) -> ObjectReference {
@@ -128,6 +133,11 @@ impl EventSink {
     pub fn forget(&mut self, pod_uid: &str) {
         self.limiter.forget(pod_uid);
     }
+
+    /// Pods (uids) the rate limiter remembers an event of.
+    pub fn uids(&self) -> impl Iterator<Item = &String> {
+        self.limiter.uids()
+    }
 }
 
 fn truncate(mut s: String, max: usize) -> String {
@@ -179,6 +189,19 @@ mod tests {
         assert!(l.allow("a", REASON_DRIFT, S(0)));
         l.forget("a");
         assert!(l.allow("a", REASON_DRIFT, S(1)));
+    }
+
+    #[test]
+    fn uids_lists_pods_with_a_remembered_event_until_forgotten() {
+        let mut l = EventLimiter::new(S(60), 10);
+        assert!(l.allow("a", REASON_DRIFT, S(0)));
+        assert!(l.allow("a", REASON_DRIFT_CLEARED, S(0)));
+        assert!(l.allow("b", REASON_RESIZED, S(0)));
+        let mut uids: Vec<&str> = l.uids().map(String::as_str).collect();
+        uids.sort_unstable();
+        assert_eq!(uids, ["a", "a", "b"]);
+        l.forget("a");
+        assert_eq!(l.uids().collect::<Vec<_>>(), ["b"]);
     }
 
     #[test]

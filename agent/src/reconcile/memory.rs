@@ -88,6 +88,16 @@ impl Memory {
         d
     }
 
+    /// Every pod (uid) something is remembered about, from each per-pod map
+    /// (a uid may come more than once).
+    pub fn uids(&self) -> impl Iterator<Item = &String> {
+        self.patches
+            .keys()
+            .chain(self.floors.keys())
+            .chain(self.backoff.keys())
+            .chain(self.dry_run_logged.keys())
+    }
+
     /// Drops everything about a pod that is gone.
     pub fn forget(&mut self, uid: &str) {
         self.patches.remove(uid);
@@ -137,6 +147,22 @@ mod tests {
             last = m.forbidden(S(0));
         }
         assert_eq!(last, FORBIDDEN_CAP);
+    }
+
+    #[test]
+    fn every_remembered_pod_is_listed_and_forgotten() {
+        let mut m = Memory::default();
+        m.learn_floor("floor", 400);
+        m.transient("backoff", S(0), 0.5);
+        // Dry-run mode remembers what it logged and nothing else.
+        m.dry_run_logged.insert("dry".into(), 200);
+        let mut uids: Vec<&str> = m.uids().map(String::as_str).collect();
+        uids.sort_unstable();
+        assert_eq!(uids, ["backoff", "dry", "floor"]);
+        for u in ["backoff", "dry", "floor"] {
+            m.forget(u);
+        }
+        assert_eq!(m.uids().count(), 0);
     }
 
     #[test]

@@ -686,16 +686,16 @@ impl Agent {
         self.events.forget(uid);
     }
 
-    /// Drops state and series of pods that left the node.
+    /// Drops state and series of pods that left the node. Every per-pod map
+    /// is swept: a pod known to one map only (a dry-run log, a drift event
+    /// of a pod never patched) is forgotten too.
     fn forget_gone(&mut self, views: &[PodView]) {
         let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
-        let gone: Vec<String> = self
+        let gone: HashSet<String> = self
             .memory
-            .patches
-            .keys()
-            .chain(self.memory.floors.keys())
-            .chain(self.memory.backoff.keys())
+            .uids()
             .chain(self.inflight_dir.keys())
+            .chain(self.events.uids())
             .filter(|u| !live.contains(u.as_str()))
             .cloned()
             .collect();
