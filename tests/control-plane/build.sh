@@ -2,7 +2,8 @@
 # Builds the real control plane used by the integration tests — etcd and
 # kube-apiserver — from the Go module proxy into a cache directory, and the
 # pieces of a full cluster the real-node tier runs (kube-controller-manager,
-# kube-scheduler, and the kubelet that runs inside the node VMs).
+# kube-scheduler, the kubelet that runs inside the node VMs, and the kubectl
+# that installs Headroom there with `kubectl apply -k deploy/`).
 # A no-op for every binary that is already there.
 #
 #   tests/control-plane/build.sh            # everything, v1.37.2
@@ -12,7 +13,8 @@
 # Cache: $HEADROOM_CACHE_DIR (default: <repo>/.cache), layout
 #   $HEADROOM_CACHE_DIR/bin/etcd-v3.6.16
 #   $HEADROOM_CACHE_DIR/bin/kube-apiserver-v1.37.2
-#   $HEADROOM_CACHE_DIR/bin/{kubelet,kube-controller-manager,kube-scheduler}-v1.37.2
+#   $HEADROOM_CACHE_DIR/bin/{kubelet,kube-controller-manager,kube-scheduler,kubectl}-v1.37.2
+#   $HEADROOM_CACHE_DIR/crds/prometheus-operator-v0.94.0/*.yaml (PodMonitor, PrometheusRule)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -66,13 +68,13 @@ build_apiserver() {
   log "kube-apiserver $kver: built ($(du -h "$out" | cut -f1))"
 }
 
-# kubelet, kube-controller-manager and kube-scheduler: the upstream mains
+# kubelet, kube-controller-manager, kube-scheduler and kubectl: the upstream mains
 # (k8s.io/kubernetes/cmd/...) built straight from the module, in one module so
 # they share one resolution and the build cache the apiserver already filled.
 build_node_components() {
-  local kver=$1 cmds=(kubelet kube-controller-manager kube-scheduler) missing=()
+  local kver=$1 cmds=(kubelet kube-controller-manager kube-scheduler kubectl) missing=()
   for c in "${cmds[@]}"; do [ -x "$cache/bin/$c-$kver" ] || missing+=("$c"); done
-  if [ ${#missing[@]} -eq 0 ]; then log "kubelet, controller-manager, scheduler $kver: cached"; return; fi
+  if [ ${#missing[@]} -eq 0 ]; then log "kubelet, controller-manager, scheduler, kubectl $kver: cached"; return; fi
   local work="$cache/src/kube-node-$kver"
   rm -rf "$work" && mkdir -p "$work"
   (
@@ -120,9 +122,26 @@ build_etcd() {
   log "etcd $ever: built ($(du -h "$out" | cut -f1))"
 }
 
+# The prometheus-operator CRDs deploy/monitoring needs (PodMonitor,
+# PrometheusRule), as the project publishes them: the YAML in its Go module
+# (example/prometheus-operator-crd), served by the Go module proxy.
+fetch_prometheus_crds() {
+  local ver=$1 out="$cache/crds/prometheus-operator-$1"
+  if [ -f "$out/monitoring.coreos.com_podmonitors.yaml" ]; then log "prometheus-operator CRDs $ver: cached"; return; fi
+  local dir
+  dir=$(cd "$cache/src" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$ver" \
+    | sed -n 's/.*"Dir": "\(.*\)",*/\1/p')
+  [ -d "$dir/example/prometheus-operator-crd" ] || { log "no CRDs in prometheus-operator $ver"; exit 1; }
+  mkdir -p "$out.tmp"
+  cp "$dir"/example/prometheus-operator-crd/monitoring.coreos.com_{podmonitors,prometheusrules}.yaml "$out.tmp/"
+  rm -rf "$out" && mv "$out.tmp" "$out"
+  log "prometheus-operator CRDs $ver: $out"
+}
+
 start=$(date +%s)
 build_etcd "$etcd_version"
 build_apiserver "$apiserver_version"
 for v in $extra; do build_apiserver "$v"; done
 [ -n "${HEADROOM_SKIP_NODE_BINARIES:-}" ] || build_node_components "$apiserver_version"
+[ -n "${HEADROOM_SKIP_NODE_BINARIES:-}" ] || fetch_prometheus_crds "${HEADROOM_PROMETHEUS_OPERATOR_VERSION:-v0.94.0}"
 log "done in $(( $(date +%s) - start ))s; binaries in $cache/bin"

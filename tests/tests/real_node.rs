@@ -1335,6 +1335,92 @@ async fn agent_in_the_vm_reports_an_out_of_band_cpu_max_write_as_drift() {
 const ORPHAN_MODE: &str = "HEADROOM_VM_ORPHAN_MODE";
 const PIDS_LINE: &str = "VM-ORPHAN-PIDS";
 
+// ---------------------------------------------------------------------------
+// Installed as users install it: the image built without Docker, imported
+// into each node's containerd; `kubectl apply -k deploy/`; the DaemonSet's
+// pods started by the real kubelets; the scenarios tests/kind/run.sh runs on
+// kind, here through the same runner; rollout and uninstall.
+
+const AGENT_IMAGE: &str = "docker.io/library/headroom-agent:0.1.0";
+const AGENT_IMAGE_NEXT: &str = "docker.io/library/headroom-agent:0.1.0-next";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_installs_the_daemonset_and_every_scenario_passes_on_real_nodes() {
+    let Some(c) = cluster() else { return };
+    let _serial = SERIAL.lock().await;
+    let archive = testkit::node_vm::agent_image().expect("scripts/build-image.sh");
+    let image_id = RealCluster::archive_image_id(&archive).expect("image id");
+    c.load_image(&archive, AGENT_IMAGE, &[AGENT_IMAGE_NEXT])
+        .await
+        .expect("import the agent image");
+    c.program_kubernetes_service()
+        .await
+        .expect("kubernetes Service on the nodes");
+    let tools = tempfile::tempdir().expect("tempdir");
+    let bin = c.scenario_tools(tools.path()).expect("scenario tools");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let started = Instant::now();
+    let out = tokio::process::Command::new("bash")
+        .arg(RealCluster::scenario_runner())
+        .env("PATH", path)
+        .env("KUBECONFIG", c.cp.kubeconfig_path())
+        .env("HEADROOM_NODE_SH", bin.join("node-sh"))
+        .env(
+            "HEADROOM_WORKERS",
+            format!("{} {}", c.nodes[1].name(), c.nodes[0].name()),
+        )
+        .env("HEADROOM_PAUSE_IMAGE", "headroom.local/pause:1")
+        .env("HEADROOM_BUSYBOX_IMAGE", BUSYBOX)
+        .env("HEADROOM_IMAGE", "headroom-agent:0.1.0")
+        .env("HEADROOM_IMAGE_NEXT", "headroom-agent:0.1.0-next")
+        .env("HEADROOM_IMAGE_ID", &image_id)
+        .env("HEADROOM_SCENARIO_TIMEOUT", "420")
+        .env(
+            "HEADROOM_PROMETHEUS_CRDS",
+            testkit::node_vm::install::prometheus_crds().expect("prometheus-operator CRDs"),
+        )
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run tests/scenarios/run.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    println!("MEASURE scenarios on real nodes: {:.0?}", started.elapsed());
+    if !out.status.success() {
+        // Leave nothing installed for the tests that follow.
+        let _ = tokio::process::Command::new(bin.join("kubectl"))
+            .env("KUBECONFIG", c.cp.kubeconfig_path())
+            .args(["delete", "-k"])
+            .arg(testkit::node_vm::repo_root().join("deploy"))
+            .args(["--ignore-not-found", "--wait=true", "--timeout=300s"])
+            .output()
+            .await;
+        let _ = tokio::process::Command::new(bin.join("kubectl"))
+            .env("KUBECONFIG", c.cp.kubeconfig_path())
+            .args(["delete", "namespace", "headroom-demo", "--ignore-not-found"])
+            .output()
+            .await;
+    }
+    let passes = stdout.lines().filter(|l| l.starts_with("PASS: ")).count();
+    let fails: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL: ")).collect();
+    assert!(
+        out.status.success() && fails.is_empty(),
+        "scenarios failed ({}):\n{}\nstderr:\n{stderr}",
+        out.status,
+        fails.join("\n")
+    );
+    assert!(
+        passes >= 14,
+        "expected every scenario to report PASS, got {passes}"
+    );
+}
+
 #[tokio::test]
 #[ignore = "helper: runs only as a child of the vm no-orphans tests"]
 async fn vm_orphan_helper() {

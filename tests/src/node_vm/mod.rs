@@ -15,7 +15,9 @@
 //! `HEADROOM_NODE_READY_TIMEOUT_SECS` (default 420), `HEADROOM_KEEP_VM_DIR=1`.
 
 pub mod config;
+pub mod egress;
 pub mod guest;
+pub mod install;
 pub mod qemu;
 
 use std::path::{Path, PathBuf};
@@ -49,7 +51,7 @@ fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".cache"))
 }
 
-fn repo_root() -> PathBuf {
+pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)
@@ -120,6 +122,30 @@ pub fn static_agent_binary() -> anyhow::Result<PathBuf> {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| repo.join("target"));
             Ok(target.join("x86_64-unknown-linux-musl/release/headroom-agent"))
+        })
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// The agent's image as a Docker archive, built by `scripts/build-image.sh`
+/// from the static binary (a no-op when fresh): `$HEADROOM_CACHE_DIR/images/headroom-agent.tar`.
+pub fn agent_image() -> anyhow::Result<PathBuf> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = cache_dir().join("images/headroom-agent.tar");
+            let mut cmd = Command::new("bash");
+            let status = crate::agent::clean_cargo_env(&mut cmd)
+                .arg(repo_root().join("scripts/build-image.sh"))
+                .arg("--out")
+                .arg(&out)
+                .stdout(Stdio::null())
+                .status()
+                .map_err(|e| format!("running scripts/build-image.sh: {e}"))?;
+            if !status.success() {
+                return Err(format!("scripts/build-image.sh failed ({status})"));
+            }
+            Ok(out)
         })
         .clone()
         .map_err(|e| anyhow!(e))
@@ -434,6 +460,8 @@ fn ready_timeout() -> Duration {
 /// A control plane with kube-controller-manager and kube-scheduler, and node VMs.
 pub struct RealCluster {
     pub cp: ControlPlane,
+    /// The API server's route to pod IPs (pod proxy), through each VM.
+    pub egress: egress::EgressProxy,
     pub nodes: Vec<NodeVm>,
     /// qemu start → ssh, and → Node Ready, per node.
     pub boot_times: Vec<(String, Duration, Duration)>,
@@ -444,14 +472,28 @@ impl RealCluster {
     /// node is Ready.
     pub async fn start(specs: Vec<NodeSpec>) -> anyhow::Result<RealCluster> {
         let art = Artifacts::locate()?;
+        let egress_dir = tempfile::Builder::new()
+            .prefix("headroom-egress-")
+            .tempdir()?
+            .keep();
+        kill_at_exit(vec![], Some(egress_dir.clone()));
+        let egress = egress::EgressProxy::start(&egress_dir.join("egress.sock"))?;
+        let egress_config = egress_dir.join("egress-selector.yaml");
+        write(&egress_config, &egress.apiserver_config())?;
         let cp = ControlPlane::start(ControlPlaneOptions {
             full_cluster: true,
+            extra_args: vec![format!(
+                "--egress-selector-config-file={}",
+                egress_config.display()
+            )],
             ..ControlPlaneOptions::default()
         })
         .await?;
         let mut nodes = Vec::new();
         for spec in specs {
-            nodes.push(NodeVm::boot(&cp, spec, &art)?);
+            let node = NodeVm::boot(&cp, spec, &art)?;
+            egress.add_route(&node.spec.pod_cidr, node.ssh_args())?;
+            nodes.push(node);
         }
         let deadline = Instant::now() + ready_timeout();
         let client = cp.client().await;
@@ -477,6 +519,7 @@ impl RealCluster {
         }
         Ok(RealCluster {
             cp,
+            egress,
             nodes,
             boot_times,
         })
