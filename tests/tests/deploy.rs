@@ -964,3 +964,73 @@ async fn network_policy_admits_only_prometheus_to_the_metrics_port() {
         assert!(!selects(&pod_sel, &other), "{other:?} admitted");
     }
 }
+
+/// The agent's pod, from the DaemonSet template, as a Pod in `ns`.
+fn agent_pod_from_template(ns: &str, without_host_path: bool) -> Pod {
+    let objs = load(&deploy_dir().join("base")).unwrap();
+    let ds = objs.iter().find(|o| o["kind"] == "DaemonSet").unwrap();
+    let mut spec = ds["spec"]["template"]["spec"].clone();
+    if without_host_path {
+        spec["volumes"] = json!([]);
+        spec["containers"][0]["volumeMounts"] = json!([]);
+    }
+    // The ServiceAccount exists only in headroom-system; Pod Security does not look at it.
+    spec["serviceAccountName"] = json!("default");
+    spec["priorityClassName"] = Value::Null;
+    serde_json::from_value(json!({
+        "metadata": {"name": "agent", "namespace": ns},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Why deploy/base/namespace.yaml asks for Pod Security `privileged`: under
+/// `baseline` and `restricted` the API server refuses the agent's pod for its
+/// read-only hostPath volume and for nothing else (the same pod without the
+/// volume is admitted under `restricted`).
+#[tokio::test]
+async fn agent_pod_needs_privileged_pod_security_only_for_its_host_path() {
+    let cp = ControlPlane::shared();
+    let admin = cp.client().await;
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone());
+    for (level, violation) in [
+        ("baseline", "hostPath volumes (volume \"host-cgroup\")"),
+        (
+            "restricted",
+            "restricted volume types (volume \"host-cgroup\" uses restricted volume type \"hostPath\")",
+        ),
+    ] {
+        let ns = cp.namespace(&format!("pss-{level}")).await;
+        let label = json!({"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": level,
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        }}});
+        namespaces
+            .patch(&ns, &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .unwrap();
+        let pods = Api::<Pod>::namespaced(admin.clone(), &ns);
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let err = match pods
+            .create(&dry, &agent_pod_from_template(&ns, false))
+            .await
+        {
+            Ok(_) => panic!("the agent pod must be refused under {level}"),
+            Err(e) => e,
+        };
+        let msg = api_message(&err).unwrap_or_default();
+        // The violations follow the level, ", "-separated: exactly one here.
+        assert!(
+            msg.ends_with(&format!(
+                "violates PodSecurity \"{level}:latest\": {violation}"
+            )),
+            "{level}: {err}"
+        );
+        pods.create(&dry, &agent_pod_from_template(&ns, true))
+            .await
+            .unwrap_or_else(|e| panic!("{level}: without the hostPath the pod is admitted: {e}"));
+    }
+}

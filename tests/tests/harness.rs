@@ -320,16 +320,18 @@ async fn full_cluster_runs_the_daemonset_controller_and_publishes_the_root_ca() 
             })
             .count();
         let ca = cms.get_opt("kube-root-ca.crt").await.unwrap();
-        if on_node == 1 && ca.is_some() {
-            let ca = ca.unwrap();
-            let pem = ca.data.and_then(|d| d.get("ca.crt").cloned()).unwrap_or_default();
+        let published = ca.is_some();
+        if let (1, Some(ca)) = (on_node, ca) {
+            let pem = ca
+                .data
+                .and_then(|d| d.get("ca.crt").cloned())
+                .unwrap_or_default();
             assert_eq!(pem.trim(), cp.ca_pem().trim(), "root CA is the cluster CA");
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "DaemonSet pods for ds-node: {on_node}, root CA ConfigMap: {}",
-            ca.is_some()
+            "DaemonSet pods for ds-node: {on_node}, root CA ConfigMap: {published}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
