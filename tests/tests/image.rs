@@ -56,8 +56,7 @@ fn key_values(s: &str) -> BTreeMap<String, String> {
 
 /// Exec form (`["a", "b"]`) only: shell form would need a shell the image lacks.
 fn exec_form(args: &str) -> Vec<String> {
-    serde_json::from_str(args)
-        .unwrap_or_else(|e| panic!("not exec form (JSON array): {args}: {e}"))
+    serde_json::from_str(args).unwrap_or_else(|e| panic!("not exec form (JSON array): {args}: {e}"))
 }
 
 fn final_stage(dockerfile: &str) -> FinalStage {
@@ -134,7 +133,11 @@ fn run(cmd: &mut Command) -> String {
 
 /// The archive unpacked: (image config JSON, layer listings, layer dir).
 fn unpack(archive: &Path, into: &Path) -> (Value, Vec<Vec<String>>) {
-    run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(into));
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(archive)
+        .arg("-C")
+        .arg(into));
     let manifest: Value =
         serde_json::from_slice(&std::fs::read(into.join("manifest.json")).expect("manifest.json"))
             .expect("manifest JSON");
@@ -199,7 +202,10 @@ fn image_built_without_docker_matches_the_dockerfile_final_stage() {
         "the Dockerfile declares the OCI labels"
     );
     assert_eq!(
-        stage.labels.get("org.opencontainers.image.version").map(String::as_str),
+        stage
+            .labels
+            .get("org.opencontainers.image.version")
+            .map(String::as_str),
         Some(env!("CARGO_PKG_VERSION")),
         "image version label is the crate version"
     );
@@ -211,10 +217,7 @@ fn image_built_without_docker_matches_the_dockerfile_final_stage() {
 
     // One layer: the COPY destination and nothing else (no shell, no libc).
     assert_eq!(layers.len(), stage.copies.len(), "one layer per COPY");
-    let files: Vec<&String> = layers[0]
-        .iter()
-        .filter(|l| !l.starts_with('d'))
-        .collect();
+    let files: Vec<&String> = layers[0].iter().filter(|l| !l.starts_with('d')).collect();
     assert_eq!(files.len(), 1, "only the binary: {:?}", layers[0]);
     let dst = stage.copies[0].1.trim_start_matches('/');
     let f = files[0];
@@ -237,7 +240,10 @@ fn image_built_without_docker_matches_the_dockerfile_final_stage() {
             .expect("json");
     run(Command::new("tar")
         .arg("-xf")
-        .arg(dir.path().join(manifest[0]["Layers"][0].as_str().expect("layer")))
+        .arg(
+            dir.path()
+                .join(manifest[0]["Layers"][0].as_str().expect("layer")),
+        )
         .arg("-C")
         .arg(&layer_dir));
     assert!(
