@@ -244,7 +244,7 @@ who=$(as_agent auth whoami -o jsonpath='{.status.userInfo.username} {.status.use
 patch='{"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"300m"}}}]}}'
 own=1; [ "$(resize_as_agent app-1 '?dryRun=All' || true)" = 200 ] && own=0
 code=$(resize_as_agent app-2 '' || true)
-out="HTTP $code: $(sed -n 's/.*"message": *"\([^"]*\)".*/\1/p' "$work/answer.json" 2>/dev/null)"
+out="HTTP $code: $(tr -d '\\\n' < "$work/answer.json" 2>/dev/null | sed 's/.*"message": *"//; s/", *"reason".*//')"
 [ "$code" = 403 ] && grep -q 'may resize pods only on its own node' <<<"$out" && s=$own || s=1
 [ "$own" -eq 0 ] && own_says=allowed || own_says=REFUSED
 result "admission policy denies a cross-node resize with the kubelet-projected token ($who: own node $own_says, $w2: $(head -c 240 <<<"$out"))" "$s"
