@@ -615,10 +615,19 @@ impl ControlPlane {
         let sa: ServiceAccount = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "default"}
         }))?;
-        Api::<ServiceAccount>::namespaced(client, &name)
+        // With kube-controller-manager running (a full cluster) its
+        // ServiceAccount controller may create it first: that is fine.
+        match Api::<ServiceAccount>::namespaced(client, &name)
             .create(&PostParams::default(), &sa)
             .await
-            .with_context(|| format!("creating ServiceAccount default in {name}"))?;
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("creating ServiceAccount default in {name}")));
+            }
+        }
         Ok(name)
     }
 
