@@ -31,20 +31,15 @@ while [ $# -gt 0 ]; do
 done
 
 log() { printf 'build-image: %s\n' "$*" >&2; }
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    log "need root to run: $*"; exit 1
-  fi
-}
+# shellcheck source=lib/packages.sh
+. "$repo/scripts/lib/packages.sh"
 
 need=()
 command -v umoci >/dev/null || need+=(umoci)
 command -v skopeo >/dev/null || need+=(skopeo)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  as_root apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null \
-    || { as_root apt-get update -q >/dev/null && as_root apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null; }
+  apt_install "${need[@]}"
 fi
 
 if [ -z "$binary" ]; then

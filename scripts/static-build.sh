@@ -24,11 +24,8 @@ done
 
 log() { printf 'static-build: %s\n' "$*" >&2; }
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    log "need root to run: $*"; exit 1
-  fi
-}
+# shellcheck source=lib/packages.sh
+. "$repo/scripts/lib/packages.sh"
 
 if ! rustup target list --installed | grep -qx "$target"; then
   log "adding rustup target $target"
@@ -36,9 +33,7 @@ if ! rustup target list --installed | grep -qx "$target"; then
 fi
 if ! command -v musl-gcc >/dev/null; then
   log "installing musl-tools"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends musl-tools \
-    || { as_root apt-get update && as_root env DEBIAN_FRONTEND=noninteractive \
-           apt-get install -y --no-install-recommends musl-tools; }
+  apt_install musl-tools
 fi
 for tool in file readelf; do
   command -v "$tool" >/dev/null || { log "missing $tool (file, binutils)"; exit 1; }

@@ -30,13 +30,14 @@ use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use testkit::agent::{
-    AgentProcess, fast_args, inotify_watches, metric, open_fds, parse_metrics, pod_series,
+    AgentProcess, fast_args_with, inotify_watches, metric, open_fds, parse_metrics, pod_series,
     series_count,
 };
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
 use testkit::workload::{
-    Churn, FOOTPRINT_MIX, container, create_all, mix, opt_in, pod, pod_names, res, wait_running,
+    Churn, FOOTPRINT_MIX, Spec, container, create_all, mix, opt_in, pod, pod_names, res,
+    wait_running,
 };
 
 const CMD: &str = "cargo bench -p headroom-tests --bench footprint";
@@ -209,15 +210,26 @@ fn host_cpus(root: &Path, n: u64) -> anyhow::Result<()> {
         .context("writing cpuset.cpus.effective")
 }
 
-// ---------------------------------------------------------------- 1. footprint
+/// The bench node: an opted-in namespace and a simulated 16-CPU node (1 s
+/// tick) with the footprint mix created, its demands set, all Running.
+struct MixNode {
+    ns: String,
+    node: String,
+    root: PathBuf,
+    sim: SimKubelet,
+    api: Api<Pod>,
+    specs: Vec<Spec>,
+    /// Time to create the pods, then until all were Running.
+    created: Duration,
+    up: Duration,
+}
 
-async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
-    let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
+async fn mix_node(cp: &ControlPlane, dir: &Path, name: &str) -> anyhow::Result<MixNode> {
     let client = cp.client().await;
-    let ns = cp.namespace("footprint").await;
+    let ns = cp.namespace(name).await;
     opt_in(&client, &ns).await?;
     let node = format!("{ns}-node");
-    let root = dir.join("cg-footprint");
+    let root = dir.join(format!("cg-{name}"));
     let mut cfg = SimConfig::new(&node, &root);
     cfg.allocatable_cpu_m = 16_000;
     cfg.allocatable_memory = "64Gi".into();
@@ -225,17 +237,42 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     let sim = SimKubelet::start(client.clone(), cfg).await?;
     host_cpus(&root, 16)?;
     cp.wait_node_admissible(&node).await?;
-    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-
-    let mix = mix(&node, &FOOTPRINT_MIX);
-    let total = mix.len();
-    for s in &mix {
+    let api: Api<Pod> = Api::namespaced(client, &ns);
+    let specs = mix(&node, &FOOTPRINT_MIX);
+    for s in &specs {
         sim.set_demand(&ns, &s.name, s.demand_m);
     }
     let t0 = Instant::now();
-    create_all(&api, mix.iter().map(|s| s.body.clone()).collect()).await?;
+    create_all(&api, specs.iter().map(|s| s.body.clone()).collect()).await?;
     let created = t0.elapsed();
-    let up = wait_running(&api, total, Duration::from_secs(300)).await?;
+    let up = wait_running(&api, specs.len(), Duration::from_secs(300)).await?;
+    Ok(MixNode {
+        ns,
+        node,
+        root,
+        sim,
+        api,
+        specs,
+        created,
+        up,
+    })
+}
+
+// ---------------------------------------------------------------- 1. footprint
+
+async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
+    let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
+    let MixNode {
+        node,
+        root,
+        sim,
+        api,
+        specs: mix,
+        created,
+        up,
+        ..
+    } = mix_node(cp, dir, "footprint").await?;
+    let total = mix.len();
     println!(
         "\n== footprint: {total} pods (200 managed: 160×1 + 40×3 containers; 20 Guaranteed, \
          15 BestEffort, 15 opted out), node 16 CPUs, sim tick 1 s"
@@ -456,10 +493,7 @@ async fn latency(cp: &ControlPlane, bin: &Path, dir: &Path, tick: &str) -> anyho
         }
     });
 
-    let mut args = fast_args();
-    if let Some(i) = args.iter().position(|a| a == "--tick") {
-        args[i + 1] = tick.to_string();
-    }
+    let args = fast_args_with(&[("--tick", tick)]);
     let mut agent = AgentProcess::start_with_binary(
         bin,
         "info",
@@ -707,27 +741,16 @@ fn stale_series(
 
 async fn soak(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
     let minutes = env_u64("SOAK_MINUTES", 15);
-    let client = cp.client().await;
-    let ns = cp.namespace("soak").await;
-    opt_in(&client, &ns).await?;
-    let node = format!("{ns}-node");
-    let root = dir.join("cg-soak");
-    let mut cfg = SimConfig::new(&node, &root);
-    cfg.allocatable_cpu_m = 16_000;
-    cfg.allocatable_memory = "64Gi".into();
-    cfg.tick = Duration::from_secs(1);
-    let sim = SimKubelet::start(client.clone(), cfg).await?;
-    host_cpus(&root, 16)?;
-    cp.wait_node_admissible(&node).await?;
-    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-
-    let specs = mix(&node, &FOOTPRINT_MIX);
+    let MixNode {
+        ns,
+        node,
+        root,
+        sim,
+        api,
+        specs,
+        ..
+    } = mix_node(cp, dir, "soak").await?;
     let total = specs.len();
-    for s in &specs {
-        sim.set_demand(&ns, &s.name, s.demand_m);
-    }
-    create_all(&api, specs.iter().map(|s| s.body.clone()).collect()).await?;
-    wait_running(&api, total, Duration::from_secs(300)).await?;
     let mut agent =
         AgentProcess::start_with_binary(bin, "info", cp.kubeconfig_path(), &node, &root, dir, &[])
             .await?;

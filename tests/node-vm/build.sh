@@ -14,11 +14,8 @@ cache=${HEADROOM_CACHE_DIR:-$repo/.cache}
 kver=${HEADROOM_APISERVER_VERSION:-v1.37.2}
 log() { printf 'node-vm: %s\n' "$*" >&2; }
 
-as_root() {
-  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
-    log "need root to run: $*"; exit 1
-  fi
-}
+# shellcheck source=../../scripts/lib/packages.sh
+. "$repo/scripts/lib/packages.sh"
 
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
@@ -30,9 +27,7 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v gcc >/dev/null || need+=(gcc libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  as_root apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null \
-    || { as_root apt-get update -q >/dev/null && as_root apt-get install -y -q --no-install-recommends "${need[@]}" >/dev/null; }
+  apt_install "${need[@]}"
 fi
 
 start=$(date +%s)

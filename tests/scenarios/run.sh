@@ -46,8 +46,9 @@ trap 'rm -rf "$work"' EXIT
 failed=0
 
 log() { printf '== %s\n' "$*"; }
+passed=0
 result() { # name, status (0 = pass)
-  if [ "$2" -eq 0 ]; then echo "PASS: $1"; else echo "FAIL: $1"; failed=1; fi
+  if [ "$2" -eq 0 ]; then echo "PASS: $1"; passed=$((passed + 1)); else echo "FAIL: $1"; failed=1; fi
 }
 node_sh() { "$HEADROOM_NODE_SH" "$1" "$2"; }
 # Polls "$@" every 3 s until it succeeds, at most $timeout seconds.
@@ -188,18 +189,23 @@ result "filling $w1 ($cpus busy loops) lowers its limits (app-1 ${high1}m -> $(l
 #    the agent raise app-1; its pod is deleted at once and the DaemonSet
 #    recreates it; the new agent finishes the job (app-1 raised again, its
 #    cgroup matches the spec: no drift).
-low1=$(limit_m app-1)
+low1=$(limit_m app-1) gen1=$(generation app-1)
 kubectl -n "$ns" delete pod -l role=filler --grace-period=0 --force >/dev/null 2>&1 || true
 old_agent=$(agent_on "$w1")
-wait_for sh -c "[ \$(kubectl -n $ns get pod app-1 -o jsonpath='{.metadata.generation}') -gt $(generation app-1) ]" || true
+# The raise is patched (generation bumped): delete the agent before it verifies.
+patched() { [ "$(generation app-1)" -gt "$gen1" ]; }
+wait_for patched && s=0 || s=1
 kubectl -n "$sys" delete pod "$old_agent" --wait=false >/dev/null
 recreated() { local a; a=$(agent_on "$w1") && [ -n "$a" ] && [ "$a" != "$old_agent" ] \
   && [ "$(kubectl -n "$sys" get pod "$a" -o jsonpath='{.status.containerStatuses[0].ready}')" = true ]; }
-wait_for recreated && s=0 || s=1
+wait_for recreated || s=1
 new_agent=$(agent_on "$w1" || true)
-settled() { [ "$(limit_m app-1)" -gt "$low1" ] && metrics_of "$w1" | grep -q '^headroom_pods{state="managed".*} [1-9]' \
-  && ! metrics_of "$w1" | grep '^headroom_cgroup_drift{' | grep 'pod="app-1"' | grep -q ' 1$'; }
-wait_for settled && [ "$s" -eq 0 ] && s=0 || s=1
+settled() {
+  local m; m=$(metrics_of "$w1") || return 1
+  [ "$(limit_m app-1)" -gt "$low1" ] && grep -q '^headroom_pods{state="managed".*} [1-9]' <<<"$m" \
+    && ! grep '^headroom_cgroup_drift{' <<<"$m" | grep 'pod="app-1"' | grep -q ' 1$'
+}
+wait_for settled || s=1
 result "agent pod deleted mid-resize ($old_agent) is recreated by the DaemonSet ($new_agent) and app-1 settles raised (${low1}m -> $(limit_m app-1)m), no drift" "$s"
 
 # 5. An out-of-band cpu.max write on the node: drift metric and CgroupDrift Event.
@@ -297,4 +303,4 @@ kubectl delete namespace "$ns" --wait=false >/dev/null
 [ -z "${HEADROOM_PROMETHEUS_CRDS:-}" ] || kubectl delete -f "$HEADROOM_PROMETHEUS_CRDS" --wait=false >/dev/null
 
 [ "$failed" -eq 0 ] || { echo "some scenarios failed"; exit 1; }
-echo "all scenarios passed"
+echo "all $passed scenarios passed"

@@ -98,6 +98,21 @@ pub fn fast_args() -> Vec<String> {
     .collect()
 }
 
+/// [`fast_args`] with some of its flags set to other values, e.g.
+/// `fast_args_with(&[("--tick", "1s")])`. Panics on a flag `fast_args` does
+/// not set: an override that silently adds a flag would hide a typo.
+pub fn fast_args_with(overrides: &[(&str, &str)]) -> Vec<String> {
+    let mut args = fast_args();
+    for (flag, value) in overrides {
+        let i = args
+            .iter()
+            .position(|a| a == flag)
+            .unwrap_or_else(|| panic!("fast_args does not set {flag}"));
+        args[i + 1] = value.to_string();
+    }
+    args
+}
+
 pub struct AgentProcess {
     child: Option<Child>,
     pub metrics_port: u16,

@@ -38,7 +38,7 @@ use kube::{Api, Client};
 use prometheus_parse::Scrape;
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics, pod_series};
+use testkit::agent::{AgentProcess, fast_args_with, metric, parse_metrics, pod_series};
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet};
 
@@ -51,13 +51,7 @@ const CEILING_MAX: &str = "40000 100000";
 /// `fast_args()` with a verification (and drift) grace far longer than any
 /// wait of these tests (see the module docs).
 fn agent_args() -> Vec<String> {
-    let mut args = fast_args();
-    let i = args
-        .iter()
-        .position(|a| a == "--drift-grace")
-        .expect("fast_args sets --drift-grace");
-    args[i + 1] = "120s".into();
-    args
+    fast_args_with(&[("--drift-grace", "120s")])
 }
 
 /// Node 0 runs the agent, node 1 has none: its pod must never be written.

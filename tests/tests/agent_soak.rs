@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use testkit::agent::{
-    AgentProcess, fast_args, inotify_watches, metric, open_fds, parse_metrics, pod_series,
+    AgentProcess, fast_args_with, inotify_watches, metric, open_fds, parse_metrics, pod_series,
     series_count,
 };
 use testkit::control_plane::ControlPlane;
@@ -73,13 +73,7 @@ const AGENT_TICK: &str = "1s";
 
 /// `fast_args()` with the tick set to [`AGENT_TICK`].
 fn agent_args() -> Vec<String> {
-    let mut args = fast_args();
-    let i = args
-        .iter()
-        .position(|a| a == "--tick")
-        .expect("fast_args sets --tick");
-    args[i + 1] = AGENT_TICK.into();
-    args
+    fast_args_with(&[("--tick", AGENT_TICK)])
 }
 
 /// Open fds of `pid`: the lowest of 5 counts 500 ms apart, so a request in
@@ -105,6 +99,31 @@ fn threads(pid: u32) -> i64 {
         .and_then(|p| p.stat())
         .expect("/proc/<pid>/stat")
         .num_threads
+}
+
+/// The agent process's footprint at one moment, and its /metrics text.
+struct Sample {
+    fds: usize,
+    rss_mib: f64,
+    threads: i64,
+    watches: usize,
+    text: String,
+    series: usize,
+}
+
+impl Sample {
+    async fn take(agent: &AgentProcess, pid: u32) -> Sample {
+        let fds = settled_fds(pid).await;
+        let text = agent.scrape().await.expect("scrape");
+        Sample {
+            fds,
+            rss_mib: rss_mib(pid),
+            threads: threads(pid),
+            watches: inotify_watches(pid).expect("inotify watches"),
+            series: series_count(&text),
+            text,
+        }
+    }
 }
 
 /// What one poll sees: per-pod series of the namespace, the scrape, the
@@ -248,12 +267,7 @@ async fn pod_churn_leaves_no_series_of_gone_pods_and_no_fd_growth() {
         managed(churn.live_managed()),
     )
     .await;
-    let fds_before = settled_fds(pid).await;
-    let rss_before = rss_mib(pid);
-    let threads_before = threads(pid);
-    let watches_before = inotify_watches(pid).expect("inotify watches");
-    let text_before = agent.scrape().await.expect("scrape");
-    let series_before = series_count(&text_before);
+    let before = Sample::take(&agent, pid).await;
     let applied_before = metric(&s0, "headroom_resizes_total", &[("result", "applied")]);
 
     // Churn.
@@ -299,12 +313,7 @@ async fn pod_churn_leaves_no_series_of_gone_pods_and_no_fd_growth() {
     )
     .await;
 
-    let fds_after = settled_fds(pid).await;
-    let rss_after = rss_mib(pid);
-    let threads_after = threads(pid);
-    let watches_after = inotify_watches(pid).expect("inotify watches");
-    let text_after = agent.scrape().await.expect("scrape");
-    let series_after = series_count(&text_after);
+    let after = Sample::take(&agent, pid).await;
     let applied = |s: &prometheus_parse::Scrape| {
         metric(s, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0)
     };
@@ -322,19 +331,28 @@ async fn pod_churn_leaves_no_series_of_gone_pods_and_no_fd_growth() {
         pod_series(&s2, &ns).len(),
     );
     eprintln!(
-        "measured: before → after the churn: RSS {rss_before:.1} → {rss_after:.1} MiB, \
-         open fds {fds_before} → {fds_after}, threads {threads_before} → {threads_after}, \
-         inotify watches {watches_before} → {watches_after}, /metrics series \
-         {series_before} → {series_after}"
+        "measured: before → after the churn: RSS {:.1} → {:.1} MiB, open fds {} → {}, \
+         threads {} → {}, inotify watches {} → {}, /metrics series {} → {}",
+        before.rss_mib,
+        after.rss_mib,
+        before.fds,
+        after.fds,
+        before.threads,
+        after.threads,
+        before.watches,
+        after.watches,
+        before.series,
+        after.series
     );
     eprintln!(
         "measured: series by metric, before → after (changed only): {}",
-        series_by_metric_diff(&text_before, &text_after)
+        series_by_metric_diff(&before.text, &after.text)
     );
     assert!(
-        fds_after <= fds_before + FD_SLACK,
-        "open fds grew over the churn: {fds_before} → {fds_after} (slack {FD_SLACK}); \
-         /proc/{pid}/fd:\n{}",
+        after.fds <= before.fds + FD_SLACK,
+        "open fds grew over the churn: {} → {} (slack {FD_SLACK}); /proc/{pid}/fd:\n{}",
+        before.fds,
+        after.fds,
         fd_listing(pid)
     );
     assert!(agent.is_running(), "agent exited:\n{}", agent.log_tail(40));

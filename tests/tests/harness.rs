@@ -267,6 +267,31 @@ fn pod_on(name: &str, node: &str) -> Pod {
     .unwrap()
 }
 
+/// A DaemonSet pod meant for `node`: bound to it, or (not yet scheduled:
+/// this Node has no kubelet) pinned to it by the node affinity the
+/// DaemonSet controller writes (`matchFields` `metadata.name`).
+fn daemon_pod_for(p: &Pod, node: &str) -> bool {
+    let Some(spec) = p.spec.as_ref() else {
+        return false;
+    };
+    spec.node_name.as_deref() == Some(node)
+        || spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|r| {
+                r.node_selector_terms.iter().any(|t| {
+                    t.match_fields.iter().flatten().any(|f| {
+                        f.key == "metadata.name" && f.values.iter().flatten().any(|v| v == node)
+                    })
+                })
+            })
+}
+
 /// The full cluster the real-node tier uses really runs its controllers: the
 /// DaemonSet controller schedules one pod per Node, and kube-controller-manager
 /// publishes the root CA ConfigMap every namespace's pods mount. (Until this
@@ -311,13 +336,7 @@ async fn full_cluster_runs_the_daemonset_controller_and_publishes_the_root_ca() 
             .unwrap()
             .items
             .iter()
-            .filter(|p| {
-                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("ds-node")
-                    || p.spec
-                        .as_ref()
-                        .and_then(|s| s.affinity.as_ref())
-                        .is_some_and(|a| format!("{a:?}").contains("ds-node"))
-            })
+            .filter(|p| daemon_pod_for(p, "ds-node"))
             .count();
         let ca = cms.get_opt("kube-root-ca.crt").await.unwrap();
         let published = ca.is_some();

@@ -5,7 +5,7 @@
 //! follows.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
@@ -131,8 +131,14 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
-/// The archive unpacked: (image config JSON, layer listings, layer dir).
-fn unpack(archive: &Path, into: &Path) -> (Value, Vec<Vec<String>>) {
+/// One layer of the unpacked archive: its tarball and `tar -tv` listing.
+struct Layer {
+    tarball: PathBuf,
+    listing: Vec<String>,
+}
+
+/// The archive unpacked into `into`: the image config JSON and its layers.
+fn unpack(archive: &Path, into: &Path) -> (Value, Vec<Layer>) {
     run(Command::new("tar")
         .arg("-xf")
         .arg(archive)
@@ -151,13 +157,15 @@ fn unpack(archive: &Path, into: &Path) -> (Value, Vec<Vec<String>>) {
         .expect("Layers")
         .iter()
         .map(|l| {
-            run(Command::new("tar")
+            let tarball = into.join(l.as_str().expect("layer"));
+            let listing = run(Command::new("tar")
                 .arg("--numeric-owner")
                 .arg("-tvf")
-                .arg(into.join(l.as_str().expect("layer"))))
+                .arg(&tarball))
             .lines()
             .map(str::to_string)
-            .collect()
+            .collect();
+            Layer { tarball, listing }
         })
         .collect();
     (config, layers)
@@ -217,8 +225,12 @@ fn image_built_without_docker_matches_the_dockerfile_final_stage() {
 
     // One layer: the COPY destination and nothing else (no shell, no libc).
     assert_eq!(layers.len(), stage.copies.len(), "one layer per COPY");
-    let files: Vec<&String> = layers[0].iter().filter(|l| !l.starts_with('d')).collect();
-    assert_eq!(files.len(), 1, "only the binary: {:?}", layers[0]);
+    let files: Vec<&String> = layers[0]
+        .listing
+        .iter()
+        .filter(|l| !l.starts_with('d'))
+        .collect();
+    assert_eq!(files.len(), 1, "only the binary: {:?}", layers[0].listing);
     let dst = stage.copies[0].1.trim_start_matches('/');
     let f = files[0];
     assert!(
@@ -233,22 +245,15 @@ fn image_built_without_docker_matches_the_dockerfile_final_stage() {
 
     // And it is the static binary scripts/static-build.sh produces.
     let binary = testkit::node_vm::static_agent_binary().expect("static binary");
-    let layer_dir = dir.path().join("layer");
-    std::fs::create_dir_all(&layer_dir).expect("mkdir");
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(dir.path().join("manifest.json")).expect("read"))
-            .expect("json");
-    run(Command::new("tar")
-        .arg("-xf")
-        .arg(
-            dir.path()
-                .join(manifest[0]["Layers"][0].as_str().expect("layer")),
-        )
-        .arg("-C")
-        .arg(&layer_dir));
+    let in_layer = Command::new("tar")
+        .arg("-xOf")
+        .arg(&layers[0].tarball)
+        .arg(dst)
+        .output()
+        .expect("tar -xO");
+    assert!(in_layer.status.success(), "{in_layer:?}");
     assert!(
-        std::fs::read(layer_dir.join(dst)).expect("binary in layer")
-            == std::fs::read(&binary).expect("static binary"),
+        in_layer.stdout == std::fs::read(&binary).expect("static binary"),
         "the image's binary is {}",
         binary.display()
     );

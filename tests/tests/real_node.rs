@@ -1415,9 +1415,10 @@ async fn kubectl_apply_installs_the_daemonset_and_every_scenario_passes_on_real_
         out.status,
         fails.join("\n")
     );
+    // The runner stops at an unexpected error (set -e) before this line.
     assert!(
-        passes >= 14,
-        "expected every scenario to report PASS, got {passes}"
+        stdout.contains(&format!("all {passes} scenarios passed")),
+        "the runner did not finish every scenario ({passes} PASS lines)"
     );
 }
 

@@ -1,0 +1,17 @@
+# Sourced by the build scripts (scripts/static-build.sh, scripts/build-image.sh,
+# tests/node-vm/build.sh): root, and the Debian packages they install on first use.
+
+# Runs "$@" as root: directly, or through sudo.
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
+    printf 'need root to run: %s\n' "$*" >&2; exit 1
+  fi
+}
+
+# apt_install PKG...: installs the packages, refreshing the package lists once
+# if the first try fails (a fresh machine may have none).
+apt_install() {
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null \
+    || { as_root apt-get update -q >/dev/null \
+         && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null; }
+}
