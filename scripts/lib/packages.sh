@@ -9,9 +9,10 @@ as_root() {
 }
 
 # apt_install PKG...: installs the packages, refreshing the package lists once
-# if the first try fails (a fresh machine may have none).
+# if the first try fails (a fresh machine may have none). Waits for another
+# apt run's lock instead of failing (parallel builds share one machine).
 apt_install() {
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null \
-    || { as_root apt-get update -q >/dev/null \
-         && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" >/dev/null; }
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "$@" >/dev/null \
+    || { as_root apt-get -o DPkg::Lock::Timeout=900 update -q >/dev/null \
+         && as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "$@" >/dev/null; }
 }
