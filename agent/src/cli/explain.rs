@@ -26,17 +26,20 @@ pub struct Args {
     /// This node; default: the pod's own node (run it on that node).
     #[arg(long, env = "NODE_NAME", value_parser = parse_node_name)]
     pub node_name: Option<String>,
-    #[arg(long, default_value = "/sys/fs/cgroup")]
+    /// Root of the cgroup v2 hierarchy (the host's, or a mount of it).
+    #[arg(long, default_value = "/sys/fs/cgroup", env = "HEADROOM_CGROUP_ROOT")]
     pub cgroup_root: PathBuf,
+    /// Kubeconfig file; default: in-cluster config, then `KUBECONFIG`/`~/.kube/config`.
     #[arg(long, env = "HEADROOM_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Time between the two cgroup samples.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Policy config file, as for `run`.
-    #[arg(long)]
+    #[arg(long, env = "HEADROOM_CONFIG")]
     pub config: Option<PathBuf>,
-    #[arg(long, value_parser = parse_allocatable)]
+    /// The Node's allocatable CPU (e.g. `4000m`) if the Node cannot be read.
+    #[arg(long, value_parser = parse_allocatable, env = "HEADROOM_NODE_ALLOCATABLE")]
     pub node_allocatable: Option<u64>,
     /// One JSON object on stdout.
     #[arg(long)]
@@ -117,6 +120,7 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         s.stall.map_or(0.0, |st| st.contention_pct),
         &opted,
         &Default::default(),
+        &Default::default(),
         None,
         &policy,
     );
@@ -136,8 +140,11 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     println!("pod {ns}/{name} on node {node_name}");
     match d.reason {
         None => println!(
-            "  managed:        yes ({:?} level)",
-            d.level.map(|l| format!("{l:?}")).unwrap_or_default()
+            "  managed:        yes ({})",
+            match d.level {
+                Some(headroom::policy::Level::Pod) => "pod-level limit",
+                _ => "container limits",
+            }
         ),
         Some(r) => println!("  managed:        no — {} ({})", r.reason(), r.describe()),
     }
