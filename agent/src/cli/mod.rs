@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub mod explain;
+pub mod plan;
 pub mod run;
 pub mod slack;
 
@@ -19,6 +20,9 @@ pub enum Command {
     Run(run::Args),
     /// Explain what the agent would do with one pod of this node, and why.
     Explain(explain::Args),
+    /// The agent's decision for every pod of a node, from files alone (a
+    /// cgroup tree and the pods as JSON): no cluster needed.
+    Plan(plan::Args),
 }
 
 pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -26,6 +30,7 @@ pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Slack(a) => slack::run(a),
         Command::Run(a) => run::run(a),
         Command::Explain(a) => explain::run(a),
+        Command::Plan(a) => plan::run(a),
     }
 }
 
