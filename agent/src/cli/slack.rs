@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long, default_value = "/sys/fs/cgroup", env = "HEADROOM_CGROUP_ROOT")]
     pub cgroup_root: PathBuf,
     /// The Node's allocatable CPU (e.g. `4000m`), an input to capacity.
-    #[arg(long, value_parser = super::parse_allocatable)]
+    #[arg(long, value_parser = super::parse_allocatable, env = "HEADROOM_NODE_ALLOCATABLE")]
     pub node_allocatable: Option<u64>,
     /// Time between the two samples.
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
