@@ -102,3 +102,61 @@ fn plan_on_the_fixture_raises_one_pod_and_lowers_another_with_true_reasons() {
     // Usage is the fixture's known load between its samples.
     assert_eq!(web["usage_millicores"], 290, "{web}");
 }
+
+#[test]
+fn plan_refuses_missing_inputs_with_one_clear_error() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_headroom-agent"))
+            .args(args)
+            .env_remove("NODE_NAME")
+            .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, err) = run(&[
+        "plan",
+        "--cgroup-root",
+        "/nonexistent",
+        "--pods",
+        "cgroup-fixtures/kind/pods.json",
+        "--node",
+        "cgroup-fixtures/kind/node.json",
+    ]);
+    assert_eq!(code, Some(2));
+    assert_eq!(err.matches("/nonexistent").count(), 1, "{err}");
+    let (code, err) = run(&[
+        "plan",
+        "--cgroup-root",
+        "cgroup-fixtures/kind/root",
+        "--pods",
+        "/nonexistent.json",
+    ]);
+    assert_eq!(code, Some(2));
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+    // Pods but no node name anywhere.
+    let (code, err) = run(&[
+        "plan",
+        "--cgroup-root",
+        "cgroup-fixtures/kind/root",
+        "--pods",
+        "cgroup-fixtures/kind/pods.json",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no node name"), "{err}");
+    // Not JSON.
+    let (code, err) = run(&[
+        "plan",
+        "--cgroup-root",
+        "cgroup-fixtures/kind/root",
+        "--pods",
+        "README.md",
+        "--node-name",
+        "n",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("parsing README.md"), "{err}");
+}

@@ -86,13 +86,12 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let layout = cgroup::discover(&a.cgroup_root)
-        .with_context(|| format!("cgroup root {}", a.cgroup_root.display()))?;
+    // The error names the root already.
+    let layout = cgroup::discover(&a.cgroup_root)?;
     let interval_us = a.interval.as_micros() as u64;
     let (mut prev, mut cur) = match &a.later {
         Some(later) => {
-            let later_layout = cgroup::discover(later)
-                .with_context(|| format!("cgroup root {}", later.display()))?;
+            let later_layout = cgroup::discover(later)?;
             (
                 cgroup::scan(&a.cgroup_root, &layout, 0).context("first sample")?,
                 cgroup::scan(later, &later_layout, interval_us).context("second sample")?,
