@@ -160,3 +160,35 @@ fn plan_refuses_missing_inputs_with_one_clear_error() {
     assert_eq!(code, Some(2));
     assert!(err.contains("parsing README.md"), "{err}");
 }
+
+#[test]
+fn slack_with_pods_names_pods_and_marks_pause_containers() {
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom-agent"))
+        .args([
+            "slack",
+            "--interval",
+            "100ms",
+            "--cgroup-root",
+            "cgroup-fixtures/kind/root",
+        ])
+        .args(["--pods", "cgroup-fixtures/kind/pods.json"])
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("capacity 8000m (CPUs in cpuset.cpus.effective)"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("default/kind-guaranteed "))
+        .expect("rows by namespace/name");
+    // Guaranteed: the app container's 500m, and the pause container marked
+    // as such (its cpu.max is unlimited on every node).
+    assert!(
+        row.contains("=500m") && row.contains("(pause)=unlimited"),
+        "{row}"
+    );
+}

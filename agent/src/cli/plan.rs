@@ -185,6 +185,20 @@ fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> anyhow::Result<T> {
     serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
 }
 
+/// The pods of a `--pods` file as views; unreadable ones are logged and skipped.
+pub fn read_views(p: &Path) -> anyhow::Result<Vec<PodView>> {
+    let mut out = Vec::new();
+    for pod in read_pods(p)? {
+        match PodView::try_from(&pod) {
+            Ok(v) => out.push(v),
+            Err(e) => {
+                tracing::warn!(pod = ?pod.metadata.name, error = %e, "skipping unreadable pod")
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A PodList's items, or one Pod.
 fn read_pods(p: &Path) -> anyhow::Result<Vec<Pod>> {
     let v: Value = read_json(p)?;
@@ -212,7 +226,7 @@ fn m(v: Option<u64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v}m"))
 }
 
-fn capacity_source(c: CapacitySource) -> &'static str {
+pub fn capacity_source(c: CapacitySource) -> &'static str {
     match c {
         CapacitySource::KubepodsCpuMax => "kubepods cpu.max",
         CapacitySource::NodeAllocatable => "Node allocatable",
