@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -32,12 +32,7 @@ impl Node {
         let cp = ControlPlane::shared();
         let client = cp.client().await;
         let ns = cp.namespace(prefix).await;
-        Api::<Namespace>::all(client.clone())
-            .patch(
-                &ns,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-            )
+        testkit::workload::opt_in(&client, &ns)
             .await
             .expect("opt the namespace in");
         let dir = tempfile::tempdir().expect("tempdir");
@@ -102,7 +97,7 @@ impl Node {
             if t0.elapsed() > WAIT {
                 panic!(
                     "{name}: {what} not reached in {WAIT:?}: limit {:?}\nagent log:\n{}",
-                    limit_m(&p),
+                    testkit::workload::container_limit_m(&p),
                     agent.map(|a| a.log_tail(40)).unwrap_or_default()
                 );
             }
@@ -145,16 +140,6 @@ fn pod(name: &str, node: &str, req: &str, lim: &str) -> Value {
            "spec": {"nodeName": node, "containers": [container(req, lim)]}})
 }
 
-fn limit_m(p: &Pod) -> Option<u64> {
-    let q = p.spec.as_ref()?.containers[0]
-        .resources
-        .as_ref()?
-        .limits
-        .as_ref()?
-        .get("cpu")?;
-    headroom::quantity::cpu_millis(&q.0).ok()
-}
-
 fn touched_by_agent(p: &Pod) -> bool {
     p.metadata
         .managed_fields
@@ -184,13 +169,17 @@ async fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
     n.wait_running("open").await;
     let agent = n.agent().await;
     n.wait_for("open", "raised to 400m", Some(&agent), |p| {
-        limit_m(p) == Some(400)
+        testkit::workload::container_limit_m(p) == Some(400)
     })
     .await;
     // Several more ticks (200 ms each) with the node idle.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let small = n.pods().get("small").await.unwrap();
-    assert_eq!(limit_m(&small), Some(100), "declared limit kept");
+    assert_eq!(
+        testkit::workload::container_limit_m(&small),
+        Some(100),
+        "declared limit kept"
+    );
     assert!(!touched_by_agent(&small), "no resize of small was sent");
     let log = agent.log();
     assert!(
@@ -237,23 +226,31 @@ async fn after_a_restart_the_declared_limit_comes_from_the_owners_template() {
     n.resize_as_agent("web-1", "30m").await;
     n.resize_as_agent("bare", "30m").await;
     for p in ["web-1", "bare"] {
-        n.wait_for(p, "at 30m", None, |p| limit_m(p) == Some(30))
-            .await;
+        n.wait_for(p, "at 30m", None, |p| {
+            testkit::workload::container_limit_m(p) == Some(30)
+        })
+        .await;
     }
     let agent = n.agent().await;
     // The template's 100m is the ceiling's lower bound: back to it.
     n.wait_for("web-1", "back at the declared 100m", Some(&agent), |p| {
-        limit_m(p) == Some(100)
+        testkit::workload::container_limit_m(p) == Some(100)
     })
     .await;
     // The bare pod: only 4 × request (40m) — what is known. Never below 30m.
     n.wait_for("bare", "raised to 40m", Some(&agent), |p| {
-        limit_m(p) == Some(40)
+        testkit::workload::container_limit_m(p) == Some(40)
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(limit_m(&n.pods().get("web-1").await.unwrap()), Some(100));
-    assert_eq!(limit_m(&n.pods().get("bare").await.unwrap()), Some(40));
+    assert_eq!(
+        testkit::workload::container_limit_m(&n.pods().get("web-1").await.unwrap()),
+        Some(100)
+    );
+    assert_eq!(
+        testkit::workload::container_limit_m(&n.pods().get("bare").await.unwrap()),
+        Some(40)
+    );
     assert!(
         agent
             .log()

@@ -11,8 +11,6 @@ use anyhow::{Context, bail};
 use headroom::cgroup;
 use headroom::model::PodView;
 use headroom::quantity;
-use headroom::reconcile::{mark_roles, observe_round};
-use headroom::slack::{self, CapacityInputs};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
@@ -99,29 +97,17 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         .collect();
 
     let t0 = Instant::now();
-    let mut prev = cgroup::scan(&a.cgroup_root, &layout, 0)?;
+    let prev = cgroup::scan(&a.cgroup_root, &layout, 0)?;
     tokio::time::sleep(a.interval).await;
-    let mut cur = cgroup::scan(&a.cgroup_root, &layout, t0.elapsed().as_micros() as u64)?;
-    mark_roles(&mut prev.pods, &views);
-    mark_roles(&mut cur.pods, &views);
-    let s = slack::measure(
-        &prev,
-        &cur,
-        CapacityInputs {
-            node_allocatable_m: allocatable,
-            online_cpus: slack::online_cpus_at(&a.cgroup_root),
-        },
-    );
-    let round = observe_round(
+    let cur = cgroup::scan(&a.cgroup_root, &layout, t0.elapsed().as_micros() as u64)?;
+    let (_, round) = super::stateless_round(
         &node_name,
         &views,
-        &s,
-        // One interval: its contention as measured, unsmoothed.
-        s.stall.map_or(0.0, |st| st.contention_pct),
+        prev,
+        cur,
+        allocatable,
+        &a.cgroup_root,
         &opted,
-        &Default::default(),
-        &Default::default(),
-        None,
         &policy,
     );
     let Some(d) = round

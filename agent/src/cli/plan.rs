@@ -14,8 +14,8 @@ use anyhow::Context as _;
 use headroom::cgroup;
 use headroom::model::PodView;
 use headroom::policy::{Decision, PatchPlan, TokenBucket};
-use headroom::reconcile::{Round, booked_request, mark_roles, observe_round};
-use headroom::slack::{self, CapacityInputs, CapacitySource, NodeSlack};
+use headroom::reconcile::{Round, booked_request};
+use headroom::slack::{CapacitySource, NodeSlack};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
@@ -89,7 +89,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     // The error names the root already.
     let layout = cgroup::discover(&a.cgroup_root)?;
     let interval_us = a.interval.as_micros() as u64;
-    let (mut prev, mut cur) = match &a.later {
+    let (prev, cur) = match &a.later {
         Some(later) => {
             let later_layout = cgroup::discover(later)?;
             (
@@ -108,27 +108,15 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
             )
         }
     };
-    mark_roles(&mut prev.pods, &views);
-    mark_roles(&mut cur.pods, &views);
-    let s = slack::measure(
-        &prev,
-        &cur,
-        CapacityInputs {
-            node_allocatable_m: allocatable,
-            online_cpus: slack::online_cpus_at(&a.cgroup_root),
-        },
-    );
     let opted: HashSet<String> = a.opted_in.iter().cloned().collect();
-    let round = observe_round(
+    let (s, round) = super::stateless_round(
         &node_name,
         &views,
-        &s,
-        // One interval: its contention as measured, unsmoothed.
-        s.stall.map_or(0.0, |st| st.contention_pct),
+        prev,
+        cur,
+        allocatable,
+        &a.cgroup_root,
         &opted,
-        &HashMap::new(),
-        &HashMap::new(),
-        None,
         &policy,
     );
     let mut bucket = TokenBucket::from_config(&policy);

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::json;
 use testkit::agent::{AgentProcess, fast_args_with, metric, parse_metrics};
 use testkit::control_plane::ControlPlane;
@@ -66,16 +66,6 @@ fn demand(phase: usize, pod: &str) -> u64 {
     }
 }
 
-fn limit_m(p: &Pod) -> Option<u64> {
-    let q = p.spec.as_ref()?.containers[0]
-        .resources
-        .as_ref()?
-        .limits
-        .as_ref()?
-        .get("cpu")?;
-    headroom::quantity::cpu_millis(&q.0).ok()
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let a = args()?;
@@ -83,13 +73,7 @@ async fn main() -> anyhow::Result<()> {
     let cp = tokio::task::spawn_blocking(ControlPlane::shared).await?;
     let client = cp.client().await;
     let ns = cp.namespace("demo").await;
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-        )
-        .await?;
+    testkit::workload::opt_in(&client, &ns).await?;
     let dir = tempfile::tempdir()?;
     let node = format!("{ns}-node");
     let root = dir.path().join("cgroup");
@@ -160,7 +144,7 @@ async fn main() -> anyhow::Result<()> {
         );
         for (name, _, _) in MANAGED {
             let pod = pods.get(name).await?;
-            let lim = limit_m(&pod);
+            let lim = testkit::workload::container_limit_m(&pod);
             let usage = gauge("headroom_pod_cpu_usage_millicores", Some(name));
             line += &format!(
                 "  {name} {:>5} / {:>5}",
