@@ -35,6 +35,11 @@ fn cluster() -> Option<&'static RealCluster> {
 }
 
 const BUSYBOX: &str = "headroom.local/busybox:1";
+/// How long a real pod may take to reach Running. Under emulation a pod
+/// sandbox takes tens of seconds to minutes (runc at a few % of a host CPU);
+/// eight created at once took 293 s on a busy CI host, and the next eight
+/// outlasted 300 s. Waiting costs nothing when the pod starts sooner.
+const POD_START: Duration = Duration::from_secs(900);
 /// A RuntimeClass on the default runc handler with 50m CPU overhead.
 const OVERHEAD_CLASS: &str = "runc-overhead";
 
@@ -390,7 +395,7 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
         }
         for s in shapes() {
             let real =
-                wait_running(&api, &format!("{}-{i}", s.name), Duration::from_secs(300)).await;
+                wait_running(&api, &format!("{}-{i}", s.name), POD_START).await;
             let sim_pod = wait_running(
                 &api,
                 &format!("sim-{}-{i}", s.name),
@@ -592,7 +597,7 @@ async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
         let sim_pod_name = format!("sim-rs-{i}");
         create(&api, spec(&real_name, node.name())).await;
         create(&api, spec(&sim_pod_name, &sim_name)).await;
-        let mut real = wait_running(&api, &real_name, Duration::from_secs(300)).await;
+        let mut real = wait_running(&api, &real_name, POD_START).await;
         wait_running(&api, &sim_pod_name, Duration::from_secs(60)).await;
         // Wait for the kubelet to report the container's resources before resizing.
         for _ in 0..60 {
@@ -879,7 +884,7 @@ async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
         "restart-policy",
         "pod-level",
     ] {
-        wait_running(&api, n, Duration::from_secs(300)).await;
+        wait_running(&api, n, POD_START).await;
     }
 
     let mut restarts_before = Vec::new();
@@ -1013,7 +1018,7 @@ async fn contention_on(c: &RealCluster, node: &NodeVm) {
     let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let noisy: Api<Pod> = Api::namespaced(client.clone(), &other);
     create(&api, burner("managed", node.name(), "200m", "300m", 1)).await;
-    wait_running(&api, "managed", Duration::from_secs(300)).await;
+    wait_running(&api, "managed", POD_START).await;
     let agent = GuestAgent::start(node, &vm_agent_args())
         .await
         .expect("agent starts");
@@ -1040,7 +1045,7 @@ async fn contention_on(c: &RealCluster, node: &NodeVm) {
     ]);
     let hog_at = Instant::now();
     create(&noisy, hog).await;
-    wait_running(&noisy, "hog", Duration::from_secs(300)).await;
+    wait_running(&noisy, "hog", POD_START).await;
     let lowered = wait_pod(
         &api,
         &agent,
@@ -1178,7 +1183,7 @@ async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
     )
     .await;
     for n in ["burner", "guaranteed", "besteffort"] {
-        wait_running(&api, n, Duration::from_secs(300)).await;
+        wait_running(&api, n, POD_START).await;
     }
     let p = api.get("burner").await.expect("get");
     // Throttled for a while before the agent starts: avg10 is high.
@@ -1273,7 +1278,7 @@ async fn drift_on(c: &RealCluster, node: &NodeVm) {
         ),
     )
     .await;
-    let p = wait_running(&api, "victim", Duration::from_secs(300)).await;
+    let p = wait_running(&api, "victim", POD_START).await;
     let agent = GuestAgent::start(node, &vm_agent_args())
         .await
         .expect("agent starts");
