@@ -18,7 +18,7 @@
 //! `BENEFIT_OUT` (default docs/benefit), `BENEFIT_REPS` (2), `BENEFIT_SEED`,
 //! `BENEFIT_CONFIGS` (comma list of the names above), `BENEFIT_SCHEDULE`,
 //! `BENEFIT_BATCH_SCHEDULE`, `BENEFIT_GUARANTEED_SCHEDULE` (see
-//! `benefit::schedule`), `BENEFIT_BURN_US` (10000), `BENEFIT_BURST_US`.
+//! `benefit::schedule`), `BENEFIT_BURN_US` (25000), `BENEFIT_BURST_US`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -126,22 +126,26 @@ impl Settings {
                 .context("BENEFIT_REPS")?,
             seed,
             configs,
-            // Quiet 80m, bursts 450m of CPU (1.5 × the 300m limit) at 10 ms
-            // a request; bursts of 25 s, long against the 2–12 s a real
+            // Quiet 50m, bursts 450m of CPU (1.5 × the 300m limit) at 25 ms
+            // a request (few, large requests: each request also costs the
+            // emulated guest CPU outside the burn); bursts of 25 s, long against the 2–12 s a real
             // kubelet under emulation takes to apply a resize.
             svc: sched(
                 "BENEFIT_SCHEDULE",
-                "quiet:10@8,burst:25@45,quiet:15@8,burst:25@45,quiet:5@8",
+                "quiet:10@2,burst:25@18,quiet:15@2,burst:25@18,quiet:5@2",
             )?,
-            // The unmanaged neighbour needs 1.2 CPUs from 7 s into the second burst.
-            batch: sched("BENEFIT_BATCH_SCHEDULE", "idle:57@1,demand:15@120,idle:8@1")?,
-            // The Guaranteed neighbour: steady 200m; its middle phase is the
+            // The unmanaged neighbour needs 0.8 CPU from 7 s into the second burst.
+            batch: sched(
+                "BENEFIT_BATCH_SCHEDULE",
+                "idle:57@0.4,demand:15@32,idle:8@0.4",
+            )?,
+            // The Guaranteed neighbour: steady 150m; its middle phase is the
             // batch neighbour's demand.
             guaranteed: sched(
                 "BENEFIT_GUARANTEED_SCHEDULE",
-                "steady:57@20,contended:15@20,steady:8@20",
+                "steady:57@6,contended:15@6,steady:8@6",
             )?,
-            burn_us: env_or("BENEFIT_BURN_US", "10000")
+            burn_us: env_or("BENEFIT_BURN_US", "25000")
                 .parse()
                 .context("BENEFIT_BURN_US")?,
             // The kernel refuses a burst above the quota.
@@ -311,9 +315,9 @@ fn run_script(s: &Settings, id: &str, svc: &Target, g: &Target, b: &Target) -> S
         g = g.pod_dir,
         b = b.pod_dir,
     );
-    sh.push_str(&load("svc", svc, &s.svc, 64));
-    sh.push_str(&load("guaranteed", g, &s.guaranteed, 16));
-    sh.push_str(&load("batch", b, &s.batch, 64));
+    sh.push_str(&load("svc", svc, &s.svc, 32));
+    sh.push_str(&load("guaranteed", g, &s.guaranteed, 8));
+    sh.push_str(&load("batch", b, &s.batch, 32));
     sh.push_str("wait $pids\ntouch $out/stop; wait $sp\ntouch $out/done\n");
     sh
 }
@@ -836,37 +840,37 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         rows.push(row);
         // Written after every run, so an interrupted run keeps what it had.
         write_runs_csv(&s.out.join("runs.csv"), &rows)?;
+        let summary = summarise(&rows);
+        std::fs::write(
+            s.out.join("summary.json"),
+            serde_json::to_string_pretty(&summary)? + "\n",
+        )?;
+        let meta = json!({
+            "seed": s.seed,
+            "reps": s.reps,
+            "order": plan.iter().map(|(r, c)| format!("{}-r{r}", c.name())).collect::<Vec<_>>(),
+            "schedule": {"svc": phase_list(&s.svc), "batch": phase_list(&s.batch), "guaranteed": phase_list(&s.guaranteed)},
+            "burn_us": s.burn_us,
+            "burst_us": s.burst_us,
+            "request_m": REQUEST_M,
+            "limit_m": LIMIT_M,
+            "node": {"name": node.name(), "cpus": node.spec.cpus, "driver": node.spec.driver.as_str(), "kernel": kernel.trim()},
+            "boot_ready_s": c.boot_times.first().map(|b| b.2.as_secs_f64()),
+            "setup_s": ready_at.as_secs_f64(),
+            "total_s": started.elapsed().as_secs_f64(),
+            "host_loadavg_start": load_start,
+            "host_loadavg_end": loadavg(),
+            "host_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        });
+        std::fs::write(
+            s.out.join("meta.json"),
+            serde_json::to_string_pretty(&meta)? + "\n",
+        )?;
     }
-    let summary = summarise(&rows);
-    std::fs::write(
-        s.out.join("summary.json"),
-        serde_json::to_string_pretty(&summary)? + "\n",
-    )?;
-    let meta = json!({
-        "seed": s.seed,
-        "reps": s.reps,
-        "order": plan.iter().map(|(r, c)| format!("{}-r{r}", c.name())).collect::<Vec<_>>(),
-        "schedule": {"svc": phase_list(&s.svc), "batch": phase_list(&s.batch), "guaranteed": phase_list(&s.guaranteed)},
-        "burn_us": s.burn_us,
-        "burst_us": s.burst_us,
-        "request_m": REQUEST_M,
-        "limit_m": LIMIT_M,
-        "node": {"name": node.name(), "cpus": node.spec.cpus, "driver": node.spec.driver.as_str(), "kernel": kernel.trim()},
-        "boot_ready_s": c.boot_times.first().map(|b| b.2.as_secs_f64()),
-        "setup_s": ready_at.as_secs_f64(),
-        "total_s": started.elapsed().as_secs_f64(),
-        "host_loadavg_start": load_start,
-        "host_loadavg_end": loadavg(),
-        "host_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-    });
-    std::fs::write(
-        s.out.join("meta.json"),
-        serde_json::to_string_pretty(&meta)? + "\n",
-    )?;
     eprintln!(
         "benefit: done in {:.0?}; {}",
         started.elapsed(),
-        serde_json::to_string_pretty(&summary)?
+        serde_json::to_string_pretty(&summarise(&rows))?
     );
     Ok(())
 }
