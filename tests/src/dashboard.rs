@@ -87,10 +87,22 @@ pub fn rows() -> Vec<Row> {
                     kind: TimeSeries,
                     unit: "none",
                     queries: vec![
-                        q(format!("headroom_node_real_slack_millicores{{{NODE}}}"), "real slack {{node}}"),
-                        q(format!("headroom_node_booked_slack_millicores{{{NODE}}}"), "booked slack {{node}}"),
-                        q(format!("headroom_node_usage_millicores{{{NODE}}}"), "usage {{node}}"),
-                        q(format!("headroom_node_capacity_millicores{{{NODE}}}"), "capacity {{node}}"),
+                        q(
+                            format!("headroom_node_real_slack_millicores{{{NODE}}}"),
+                            "real slack {{node}}",
+                        ),
+                        q(
+                            format!("headroom_node_booked_slack_millicores{{{NODE}}}"),
+                            "booked slack {{node}}",
+                        ),
+                        q(
+                            format!("headroom_node_usage_millicores{{{NODE}}}"),
+                            "usage {{node}}",
+                        ),
+                        q(
+                            format!("headroom_node_capacity_millicores{{{NODE}}}"),
+                            "capacity {{node}}",
+                        ),
                     ],
                 },
                 Panel {
@@ -101,9 +113,18 @@ pub fn rows() -> Vec<Row> {
                     kind: TimeSeries,
                     unit: "percentunit",
                     queries: vec![
-                        q(format!("headroom_node_pressure_some_ratio{{{NODE}}}"), "PSI some {{node}}"),
-                        q(format!("headroom_node_cpu_throttling_stall_ratio{{{NODE}}}"), "throttling stall {{node}}"),
-                        q(format!("headroom_node_cpu_contention_ratio{{{NODE}}}"), "contention {{node}}"),
+                        q(
+                            format!("headroom_node_pressure_some_ratio{{{NODE}}}"),
+                            "PSI some {{node}}",
+                        ),
+                        q(
+                            format!("headroom_node_cpu_throttling_stall_ratio{{{NODE}}}"),
+                            "throttling stall {{node}}",
+                        ),
+                        q(
+                            format!("headroom_node_cpu_contention_ratio{{{NODE}}}"),
+                            "contention {{node}}",
+                        ),
                     ],
                 },
                 Panel {
@@ -128,10 +149,22 @@ pub fn rows() -> Vec<Row> {
                     kind: TimeSeries,
                     unit: "none",
                     queries: vec![
-                        q(format!("headroom_pod_cpu_limit_millicores{{{POD}}}"), "limit {{namespace}}/{{pod}}"),
-                        q(format!("headroom_pod_cpu_target_millicores{{{POD}}}"), "target {{namespace}}/{{pod}}"),
-                        q(format!("headroom_pod_cpu_usage_millicores{{{POD}}}"), "usage {{namespace}}/{{pod}}"),
-                        q(format!("headroom_pod_cpu_request_millicores{{{POD}}}"), "request {{namespace}}/{{pod}}"),
+                        q(
+                            format!("headroom_pod_cpu_limit_millicores{{{POD}}}"),
+                            "limit {{namespace}}/{{pod}}",
+                        ),
+                        q(
+                            format!("headroom_pod_cpu_target_millicores{{{POD}}}"),
+                            "target {{namespace}}/{{pod}}",
+                        ),
+                        q(
+                            format!("headroom_pod_cpu_usage_millicores{{{POD}}}"),
+                            "usage {{namespace}}/{{pod}}",
+                        ),
+                        q(
+                            format!("headroom_pod_cpu_request_millicores{{{POD}}}"),
+                            "request {{namespace}}/{{pod}}",
+                        ),
                     ],
                 },
                 Panel {
@@ -156,7 +189,9 @@ pub fn rows() -> Vec<Row> {
                     kind: TimeSeries,
                     unit: "ops",
                     queries: vec![q(
-                        format!("sum by (node, result, direction) (rate(headroom_resizes_total{{{NODE}}}[$__rate_interval]))"),
+                        format!(
+                            "sum by (node, result, direction) (rate(headroom_resizes_total{{{NODE}}}[$__rate_interval]))"
+                        ),
                         "{{node}} {{result}} {{direction}}",
                     )],
                 },
@@ -167,7 +202,9 @@ pub fn rows() -> Vec<Row> {
                     kind: Heatmap,
                     unit: "s",
                     queries: vec![q(
-                        format!("sum by (le) (increase(headroom_resize_verification_latency_seconds_bucket{{{NODE}}}[$__rate_interval]))"),
+                        format!(
+                            "sum by (le) (increase(headroom_resize_verification_latency_seconds_bucket{{{NODE}}}[$__rate_interval]))"
+                        ),
                         "{{le}}",
                     )],
                 },
@@ -183,7 +220,9 @@ pub fn rows() -> Vec<Row> {
                             "drifting cgroups {{node}}",
                         ),
                         q(
-                            format!("max by (namespace, pod, container) (headroom_cgroup_drift{{{POD}}}) == 1"),
+                            format!(
+                                "max by (namespace, pod, container) (headroom_cgroup_drift{{{POD}}}) == 1"
+                            ),
                             "{{namespace}}/{{pod}} {{container}}",
                         ),
                     ],
@@ -195,7 +234,9 @@ pub fn rows() -> Vec<Row> {
                     kind: TimeSeries,
                     unit: "ops",
                     queries: vec![or_zero_per_node(
-                        format!("sum by (node, class) (rate(headroom_patch_errors_total{{{NODE}}}[$__rate_interval]))"),
+                        format!(
+                            "sum by (node, class) (rate(headroom_patch_errors_total{{{NODE}}}[$__rate_interval]))"
+                        ),
                         "{{node}} {{class}}",
                     )],
                 },
@@ -213,11 +254,15 @@ pub fn rows() -> Vec<Row> {
                     unit: "s",
                     queries: vec![
                         q(
-                            format!("histogram_quantile(0.99, sum by (node, le) (rate(headroom_scan_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))"),
+                            format!(
+                                "histogram_quantile(0.99, sum by (node, le) (rate(headroom_scan_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))"
+                            ),
                             "scan p99 {{node}}",
                         ),
                         q(
-                            format!("histogram_quantile(0.99, sum by (node, le) (rate(headroom_decision_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))"),
+                            format!(
+                                "histogram_quantile(0.99, sum by (node, le) (rate(headroom_decision_duration_seconds_bucket{{{NODE}}}[$__rate_interval])))"
+                            ),
                             "decision p99 {{node}}",
                         ),
                     ],
@@ -229,8 +274,14 @@ pub fn rows() -> Vec<Row> {
                     kind: TimeSeries,
                     unit: "none",
                     queries: vec![
-                        q(format!("scrape_samples_scraped{{job=~\".*headroom.*\", {NODE}}}"), "series {{node}}"),
-                        q(format!("scrape_duration_seconds{{job=~\".*headroom.*\", {NODE}}}"), "scrape seconds {{node}}"),
+                        q(
+                            format!("scrape_samples_scraped{{job=~\".*headroom.*\", {NODE}}}"),
+                            "series {{node}}",
+                        ),
+                        q(
+                            format!("scrape_duration_seconds{{job=~\".*headroom.*\", {NODE}}}"),
+                            "scrape seconds {{node}}",
+                        ),
                     ],
                 },
                 Panel {
@@ -241,10 +292,15 @@ pub fn rows() -> Vec<Row> {
                     unit: "none",
                     queries: vec![
                         or_zero_per_node(
-                            format!("sum by (node, kind) (rate(headroom_scan_errors_total{{{NODE}}}[$__rate_interval]))"),
+                            format!(
+                                "sum by (node, kind) (rate(headroom_scan_errors_total{{{NODE}}}[$__rate_interval]))"
+                            ),
                             "scan errors {{node}} {{kind}}",
                         ),
-                        q(format!("up{{job=~\".*headroom.*\", {NODE}}}"), "up {{node}}"),
+                        q(
+                            format!("up{{job=~\".*headroom.*\", {NODE}}}"),
+                            "up {{node}}",
+                        ),
                     ],
                 },
             ],
@@ -260,7 +316,10 @@ pub fn panels() -> Vec<Panel> {
 /// The template variables: (name, label_values query).
 pub fn variables() -> Vec<(&'static str, String)> {
     vec![
-        ("node", "label_values(headroom_node_capacity_millicores, node)".to_string()),
+        (
+            "node",
+            "label_values(headroom_node_capacity_millicores, node)".to_string(),
+        ),
         (
             "namespace",
             format!("label_values(headroom_pod_cpu_limit_millicores{{{NODE}}}, namespace)"),

@@ -67,7 +67,10 @@ fn run(cmd: &mut Command) -> (bool, String) {
 fn promtool_check_rules_accepts_the_prometheus_rule() {
     let groups = rule_groups();
     let dir = stage(&groups);
-    let (ok, out) = run(promtool().arg("check").arg("rules").arg(dir.path().join("rules.yaml")));
+    let (ok, out) = run(promtool()
+        .arg("check")
+        .arg("rules")
+        .arg(dir.path().join("rules.yaml")));
     assert!(ok, "promtool check rules failed:\n{out}");
     let n = alert_names(&groups).len();
     assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
@@ -76,9 +79,10 @@ fn promtool_check_rules_accepts_the_prometheus_rule() {
 #[test]
 fn promtool_unit_tests_of_every_alert_pass() {
     let dir = stage(&rule_groups());
-    let (ok, out) = run(promtool()
-        .current_dir(dir.path())
-        .args(["test", "rules", "headroom.test.yaml"]));
+    let (ok, out) =
+        run(promtool()
+            .current_dir(dir.path())
+            .args(["test", "rules", "headroom.test.yaml"]));
     assert!(ok, "promtool test rules failed:\n{out}");
 }
 
@@ -134,9 +138,10 @@ fn unit_tests_fail_on_a_rule_that_misses_what_they_test() {
         }
         assert!(changed, "{alert}: {from:?} not found in the rule");
         let dir = stage(&groups);
-        let (ok, out) = run(promtool()
-            .current_dir(dir.path())
-            .args(["test", "rules", "headroom.test.yaml"]));
+        let (ok, out) =
+            run(promtool()
+                .current_dir(dir.path())
+                .args(["test", "rules", "headroom.test.yaml"]));
         assert!(!ok, "{alert}: broken rule still passes:\n{out}");
         assert!(out.contains(&format!("alertname: {alert}")), "{out}");
     }

@@ -55,9 +55,18 @@ fn dashboard_covers_the_issue_panels_and_uses_its_variables() {
     for p in &all {
         assert!(!p.queries.is_empty(), "{}: no query", p.title);
         for q in &p.queries {
-            assert!(q.expr.contains(r#"node=~"$node""#), "{}: not by node: {}", p.title, q.expr);
+            assert!(
+                q.expr.contains(r#"node=~"$node""#),
+                "{}: not by node: {}",
+                p.title,
+                q.expr
+            );
             let left = dashboard::substitute(&q.expr, "n", "ns", "1m");
-            assert!(!left.contains('$'), "{}: unknown variable in {left}", p.title);
+            assert!(
+                !left.contains('$'),
+                "{}: unknown variable in {left}",
+                p.title
+            );
         }
     }
     // Per-pod panels filter by namespace.
@@ -134,7 +143,10 @@ impl Prometheus {
         let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
         let mut cmd = Command::new("prometheus");
         cmd.arg(format!("--config.file={}", cfg.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--storage.tsdb.retention.time=1h")
             .stdin(Stdio::null())
@@ -162,7 +174,9 @@ impl Prometheus {
     /// `GET /api/v1/<api>?<param>=<value>`: the `data` of a success, or the error.
     async fn api(&self, api: &str, param: &str, value: &str) -> Result<Value, String> {
         let path = format!("/api/v1/{api}?{param}={}", percent_encode(value));
-        let (code, body) = http_get(self.port, &path).await.map_err(|e| e.to_string())?;
+        let (code, body) = http_get(self.port, &path)
+            .await
+            .map_err(|e| e.to_string())?;
         let v: Value = serde_json::from_str(&body).map_err(|e| format!("{code}: {e}: {body}"))?;
         if v["status"] == "success" {
             Ok(v["data"].clone())
@@ -288,9 +302,13 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
     );
     create("stuck").await;
     // A pod the apiserver refuses to resize: a refused resize, a patch error.
-    apply_all(&client, &refuse_resizes_of(&ns, "refused"), "dashboard-test")
-        .await
-        .unwrap();
+    apply_all(
+        &client,
+        &refuse_resizes_of(&ns, "refused"),
+        "dashboard-test",
+    )
+    .await
+    .unwrap();
     // The policy is in force once a dry-run resize of an opted-out probe pod
     // (which the agent leaves alone) is refused.
     let probe: Pod = serde_json::from_value(pod(

@@ -77,7 +77,7 @@ fn full_values() -> Value {
         "resources": {"requests": {"cpu": "20m", "memory": "40Mi"},
                       "limits": {"cpu": "200m", "memory": "96Mi"}},
         "metricsPort": 9500,
-        "agent": {"logFormat": "text", "tick": "2s", "dryRun": true, "auditInterval": "1m",
+        "agent": {"logFormat": "human", "tick": "2s", "dryRun": true, "auditInterval": "1m",
                   "driftGrace": "45s", "eventInterval": "2m", "unreadyAfterFailedTicks": 7,
                   "extraArgs": ["--node-allocatable=4000"]},
         "policy": {"reserve_m": 200, "ceiling_factor": 3.5, "quantum_m": 20,
@@ -104,7 +104,13 @@ fn values_file(v: &Value) -> tempfile::NamedTempFile {
 /// `helm template` → objects. `extra` are more helm arguments.
 fn template(release: &str, ns: &str, extra: &[&str]) -> Vec<Value> {
     let chart = chart();
-    let mut args = vec!["template", release, chart.to_str().unwrap(), "--namespace", ns];
+    let mut args = vec![
+        "template",
+        release,
+        chart.to_str().unwrap(),
+        "--namespace",
+        ns,
+    ];
     args.extend_from_slice(extra);
     let (ok, out, err) = helm(&args);
     assert!(ok, "helm template {extra:?} failed:\n{err}");
@@ -141,7 +147,10 @@ fn helm_lint_passes_strict_with_default_and_full_values() {
     let f = values_file(&full_values());
     let (ok, out, err) = helm(&["lint", "--strict", chart, "-f", f.path().to_str().unwrap()]);
     assert!(ok, "helm lint (full values):\n{out}{err}");
-    assert!(out.contains("1 chart(s) linted, 0 chart(s) failed"), "{out}");
+    assert!(
+        out.contains("1 chart(s) linted, 0 chart(s) failed"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -157,7 +166,11 @@ fn default_render_is_deploy_base_without_namespace_and_network_policy() {
     expected.sort();
     assert_eq!(kinds(&chart), expected);
     // The admission policy is on by default.
-    assert!(chart.iter().any(|o| o["kind"] == "ValidatingAdmissionPolicy"));
+    assert!(
+        chart
+            .iter()
+            .any(|o| o["kind"] == "ValidatingAdmissionPolicy")
+    );
 }
 
 #[test]
@@ -180,22 +193,17 @@ fn opt_ins_render_the_same_objects_as_deploy_monitoring() {
 }
 
 #[test]
-fn admission_policy_can_be_switched_off_and_notes_warn() {
+fn admission_policy_can_be_switched_off() {
     let objs = template(
         "headroom",
         "headroom-system",
         &["--set", "admissionPolicy.enabled=false"],
     );
-    assert!(!objs.iter().any(|o| o["kind"] == "ValidatingAdmissionPolicy"
-        || o["kind"] == "ValidatingAdmissionPolicyBinding"));
-    // NOTES.txt is shown by install (here without a cluster: --dry-run=client).
-    let chart = chart();
-    let (ok, out, err) = helm(&[
-        "install", "headroom", chart.to_str().unwrap(), "--dry-run=client",
-        "--set", "admissionPolicy.enabled=false",
-    ]);
-    assert!(ok, "{err}");
-    assert!(out.contains("WARNING: admissionPolicy.enabled=false"), "{out}");
+    assert!(
+        !objs.iter().any(|o| o["kind"] == "ValidatingAdmissionPolicy"
+            || o["kind"] == "ValidatingAdmissionPolicyBinding")
+    );
+    assert!(objs.iter().any(|o| o["kind"] == "DaemonSet"));
 }
 
 // ---------------------------------------------------------------- parity with deploy/
@@ -226,7 +234,10 @@ fn chart_and_deploy_have_the_same_rbac_rules() {
 fn chart_and_deploy_have_the_same_admission_policy() {
     let chart = template("headroom", "headroom-system", &[]);
     let base = deploy("deploy/base");
-    for kind in ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] {
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
         let c = one(&chart, kind).unwrap();
         let d = one(&base, kind).unwrap();
         assert_eq!(c["metadata"]["name"], d["metadata"]["name"], "{kind} name");
@@ -285,7 +296,10 @@ fn chart_and_deploy_have_the_same_daemonset_pod() {
         assert_eq!(cc[key], dc[key], "container {key} differs");
     }
     assert_eq!(c["containers"].as_array().unwrap().len(), 1);
-    let (cds, dds) = (one(&chart, "DaemonSet").unwrap(), one(&base, "DaemonSet").unwrap());
+    let (cds, dds) = (
+        one(&chart, "DaemonSet").unwrap(),
+        one(&base, "DaemonSet").unwrap(),
+    );
     assert_eq!(cds["spec"]["updateStrategy"], dds["spec"]["updateStrategy"]);
     assert_eq!(
         cds["spec"]["template"]["metadata"]["annotations"],
@@ -299,27 +313,52 @@ fn chart_and_deploy_have_the_same_namespace_network_policy_and_monitoring() {
         "headroom",
         "headroom-system",
         &[
-            "--set", "namespace.create=true",
-            "--set", "networkPolicy.enabled=true",
-            "--set", "podMonitor.enabled=true",
-            "--set", "prometheusRule.enabled=true",
+            "--set",
+            "namespace.create=true",
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "podMonitor.enabled=true",
+            "--set",
+            "prometheusRule.enabled=true",
         ],
     );
     let mon = deploy("deploy/monitoring");
-    let (c, d) = (one(&chart, "Namespace").unwrap(), one(&mon, "Namespace").unwrap());
+    let (c, d) = (
+        one(&chart, "Namespace").unwrap(),
+        one(&mon, "Namespace").unwrap(),
+    );
     assert_eq!(
         c["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
         d["metadata"]["labels"]["pod-security.kubernetes.io/enforce"]
     );
-    let (c, d) = (one(&chart, "NetworkPolicy").unwrap(), one(&mon, "NetworkPolicy").unwrap());
+    let (c, d) = (
+        one(&chart, "NetworkPolicy").unwrap(),
+        one(&mon, "NetworkPolicy").unwrap(),
+    );
     assert_eq!(c["spec"]["ingress"], d["spec"]["ingress"]);
     assert_eq!(c["spec"]["policyTypes"], d["spec"]["policyTypes"]);
-    let (c, d) = (one(&chart, "PrometheusRule").unwrap(), one(&mon, "PrometheusRule").unwrap());
-    assert_eq!(c["spec"], d["spec"], "PrometheusRule spec differs from deploy/monitoring");
-    let (c, d) = (one(&chart, "PodMonitor").unwrap(), one(&mon, "PodMonitor").unwrap());
-    assert_eq!(c["spec"]["podMetricsEndpoints"], d["spec"]["podMetricsEndpoints"]);
+    let (c, d) = (
+        one(&chart, "PrometheusRule").unwrap(),
+        one(&mon, "PrometheusRule").unwrap(),
+    );
+    assert_eq!(
+        c["spec"], d["spec"],
+        "PrometheusRule spec differs from deploy/monitoring"
+    );
+    let (c, d) = (
+        one(&chart, "PodMonitor").unwrap(),
+        one(&mon, "PodMonitor").unwrap(),
+    );
+    assert_eq!(
+        c["spec"]["podMetricsEndpoints"],
+        d["spec"]["podMetricsEndpoints"]
+    );
     // Selectors: the chart adds the release label; deploy's labels are a subset.
-    for o in [&c["spec"]["selector"]["matchLabels"], &one(&chart, "NetworkPolicy").unwrap()["spec"]["podSelector"]["matchLabels"]] {
+    for o in [
+        &c["spec"]["selector"]["matchLabels"],
+        &one(&chart, "NetworkPolicy").unwrap()["spec"]["podSelector"]["matchLabels"],
+    ] {
         for (k, v) in d["spec"]["selector"]["matchLabels"].as_object().unwrap() {
             assert_eq!(&o[k], v, "selector {k}");
         }
@@ -333,22 +372,41 @@ fn full_values_reach_the_daemonset() {
     let objs = template_full("headroom", "headroom-system");
     let pod = pod_spec(&objs);
     let c = &pod["containers"][0];
-    assert_eq!(c["image"], "registry.example.com/platform/headroom-agent:0.1.0-test");
+    assert_eq!(
+        c["image"],
+        "registry.example.com/platform/headroom-agent:0.1.0-test"
+    );
     assert_eq!(c["imagePullPolicy"], "Always");
     assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
-    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux", "pool": "general"}));
+    assert_eq!(
+        pod["nodeSelector"],
+        json!({"kubernetes.io/os": "linux", "pool": "general"})
+    );
     assert_eq!(pod["tolerations"], full_values()["tolerations"]);
     assert!(pod["priorityClassName"].is_null());
     assert_eq!(c["resources"], full_values()["resources"]);
     assert_eq!(c["ports"][0]["containerPort"], 9500);
-    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
     assert_eq!(
         args,
         [
-            "run", "--cgroup-root=/host/sys/fs/cgroup", "--metrics-addr=0.0.0.0:9500",
-            "--log-format=text", "--tick=2s", "--dry-run", "--audit-interval=1m",
-            "--drift-grace=45s", "--event-interval=2m", "--unready-after-failed-ticks=7",
-            "--config=/etc/headroom/policy.json", "--node-allocatable=4000",
+            "run",
+            "--cgroup-root=/host/sys/fs/cgroup",
+            "--metrics-addr=0.0.0.0:9500",
+            "--log-format=human",
+            "--tick=2s",
+            "--dry-run",
+            "--audit-interval=1m",
+            "--drift-grace=45s",
+            "--event-interval=2m",
+            "--unready-after-failed-ticks=7",
+            "--config=/etc/headroom/policy.json",
+            "--node-allocatable=4000",
         ]
     );
     let meta = &one(&objs, "DaemonSet").unwrap()["spec"]["template"]["metadata"];
@@ -362,17 +420,30 @@ fn full_values_reach_the_daemonset() {
     }
     let base = deploy("deploy/base");
     assert_eq!(pod["securityContext"], pod_spec(&base)["securityContext"]);
-    assert_eq!(c["securityContext"], pod_spec(&base)["containers"][0]["securityContext"]);
+    assert_eq!(
+        c["securityContext"],
+        pod_spec(&base)["containers"][0]["securityContext"]
+    );
     // Digest wins over the tag.
     let digest = format!("sha256:{}", "a".repeat(64));
-    let objs = template("headroom", "headroom-system", &["--set", &format!("image.digest={digest}")]);
-    assert_eq!(pod_spec(&objs)["containers"][0]["image"], format!("headroom-agent@{digest}"));
+    let objs = template(
+        "headroom",
+        "headroom-system",
+        &["--set", &format!("image.digest={digest}")],
+    );
+    assert_eq!(
+        pod_spec(&objs)["containers"][0]["image"],
+        format!("headroom-agent@{digest}")
+    );
 }
 
 #[test]
 fn policy_configmap_holds_every_setting_and_the_agent_accepts_it() {
     let objs = template_full("headroom", "headroom-system");
-    let cm = one(&objs, "ConfigMap").unwrap();
+    let cm = objs
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "headroom-agent-policy")
+        .expect("policy ConfigMap");
     let text = cm["data"]["policy.json"].as_str().unwrap();
     let policy: headroom::policy::PolicyConfig =
         serde_json::from_str(text).expect("policy.json is a PolicyConfig (no unknown keys)");
@@ -397,7 +468,11 @@ fn policy_configmap_holds_every_setting_and_the_agent_accepts_it() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| a.as_str().unwrap().replace("/etc/headroom/policy.json", file.to_str().unwrap()))
+        .map(|a| {
+            a.as_str()
+                .unwrap()
+                .replace("/etc/headroom/policy.json", file.to_str().unwrap())
+        })
         .collect();
     let out = Command::new(testkit::agent::agent_binary().unwrap())
         .args(&args)
@@ -429,8 +504,14 @@ fn schema_refuses_bad_values() {
     ] {
         let (ok, _, err) = helm(&["template", "headroom", chart, "--set", set]);
         assert!(!ok, "--set {set} accepted");
-        assert!(err.contains("values don't meet the specifications of the schema"), "{set}: {err}");
-        assert!(err.contains(needle), "{set}: error does not name {needle}: {err}");
+        assert!(
+            err.contains("values don't meet the specifications of the schema"),
+            "{set}: {err}"
+        );
+        assert!(
+            err.contains(needle),
+            "{set}: error does not name {needle}: {err}"
+        );
     }
 }
 
@@ -451,16 +532,22 @@ fn dashboard_configmap_carries_the_generated_dashboard_for_the_grafana_sidecar()
 /// The prometheus-operator CRDs tests/control-plane/build.sh caches.
 fn prometheus_crds() -> Vec<Value> {
     let dir = cache_dir().join("crds/prometheus-operator-v0.94.0");
-    ["monitoring.coreos.com_podmonitors.yaml", "monitoring.coreos.com_prometheusrules.yaml"]
-        .iter()
-        .flat_map(|f| {
-            let p = dir.join(f);
-            let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
-                panic!("{}: {e} (tests/control-plane/build.sh fetches it)", p.display())
-            });
-            parse_docs(&text).unwrap()
-        })
-        .collect()
+    [
+        "monitoring.coreos.com_podmonitors.yaml",
+        "monitoring.coreos.com_prometheusrules.yaml",
+    ]
+    .iter()
+    .flat_map(|f| {
+        let p = dir.join(f);
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (tests/control-plane/build.sh fetches it)",
+                p.display()
+            )
+        });
+        parse_docs(&text).unwrap()
+    })
+    .collect()
 }
 
 fn kubeconfig_arg(cp: &ControlPlane) -> String {
@@ -472,9 +559,15 @@ async fn wait_crds(client: &kube::Client) {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     for _ in 0..300 {
         let mut ready = 0;
-        for n in ["podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com"] {
+        for n in [
+            "podmonitors.monitoring.coreos.com",
+            "prometheusrules.monitoring.coreos.com",
+        ] {
             if let Ok(c) = api.get(n).await
-                && c.status.and_then(|s| s.conditions).unwrap_or_default().iter()
+                && c.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
                     .any(|c| c.type_ == "Established" && c.status == "True")
             {
                 ready += 1;
@@ -505,8 +598,13 @@ async fn helm_install_creates_the_objects_in_the_real_apiserver() {
         .unwrap();
     let chart = chart();
     let (ok, out, err) = helm(&[
-        "install", "headroom", chart.to_str().unwrap(), "--namespace", ns,
-        &kubeconfig_arg(cp), "--wait=false",
+        "install",
+        "headroom",
+        chart.to_str().unwrap(),
+        "--namespace",
+        ns,
+        &kubeconfig_arg(cp),
+        "--wait=false",
     ]);
     assert!(ok, "helm install failed:\n{out}{err}");
 
@@ -514,11 +612,14 @@ async fn helm_install_creates_the_objects_in_the_real_apiserver() {
         .get("headroom-agent")
         .await
         .expect("DaemonSet created");
-    let got = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
+    let got = serde_json::to_value(&ds).unwrap()["spec"]["template"]["spec"].clone();
     let base = deploy("deploy/base");
     let want = pod_spec(&base);
     assert_eq!(got["securityContext"], want["securityContext"]);
-    assert_eq!(got["containers"][0]["securityContext"], want["containers"][0]["securityContext"]);
+    assert_eq!(
+        got["containers"][0]["securityContext"],
+        want["containers"][0]["securityContext"]
+    );
     assert_eq!(got["containers"][0]["args"], want["containers"][0]["args"]);
     assert_eq!(got["serviceAccountName"], "headroom-agent");
     assert_eq!(got["volumes"][0]["hostPath"]["path"], "/sys/fs/cgroup");
@@ -543,10 +644,37 @@ async fn helm_install_creates_the_objects_in_the_real_apiserver() {
         )
         .await
         .expect("ValidatingAdmissionPolicy created");
-    assert_eq!(vap["spec"], one(&base, "ValidatingAdmissionPolicy").unwrap()["spec"]);
+    assert_eq!(
+        vap["spec"],
+        one(&base, "ValidatingAdmissionPolicy").unwrap()["spec"]
+    );
 
     let (ok, out, err) = helm(&["status", "headroom", "--namespace", ns, &kubeconfig_arg(cp)]);
     assert!(ok && out.contains("STATUS: deployed"), "{out}{err}");
+    assert!(
+        out.contains("label their namespace headroom.dev/managed=true"),
+        "NOTES: {out}"
+    );
+    assert!(!out.contains("WARNING"), "{out}");
+
+    // Without the admission policy, the install notes say what that costs
+    // (a client-side dry run against this apiserver: nothing is created).
+    let (ok, out, err) = helm(&[
+        "install",
+        "nopolicy",
+        chart.to_str().unwrap(),
+        "--namespace",
+        ns,
+        &kubeconfig_arg(cp),
+        "--dry-run=client",
+        "--set",
+        "admissionPolicy.enabled=false",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("WARNING: admissionPolicy.enabled=false"),
+        "{out}"
+    );
 }
 
 /// Every opt-in object, with non-default values, created for real (the
@@ -555,23 +683,33 @@ async fn helm_install_creates_the_objects_in_the_real_apiserver() {
 async fn full_values_render_applies_to_the_real_apiserver() {
     let cp = ControlPlane::shared();
     let client = cp.client().await;
-    apply_all(&client, &prometheus_crds(), "headroom-helm-test").await.unwrap();
+    apply_all(&client, &prometheus_crds(), "headroom-helm-test")
+        .await
+        .unwrap();
     wait_crds(&client).await;
     let ns = "headroom-full";
     let mut objs = template_full("full", ns);
     let nsobj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
     objs.insert(0, nsobj);
     // A priority class is a cluster object the user brings; none is set in full values.
-    apply_all(&client, &objs, "headroom-helm-test").await.unwrap();
+    apply_all(&client, &objs, "headroom-helm-test")
+        .await
+        .unwrap();
 
     let ds = Api::<DaemonSet>::namespaced(client.clone(), ns)
         .get("full-headroom-agent")
         .await
         .unwrap();
-    let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
+    let pod = serde_json::to_value(&ds).unwrap()["spec"]["template"]["spec"].clone();
     assert_eq!(pod["nodeSelector"]["pool"], "general");
-    assert_eq!(pod["containers"][0]["image"], "registry.example.com/platform/headroom-agent:0.1.0-test");
-    assert_eq!(pod["volumes"][1]["configMap"]["name"], "full-headroom-agent-policy");
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "registry.example.com/platform/headroom-agent:0.1.0-test"
+    );
+    assert_eq!(
+        pod["volumes"][1]["configMap"]["name"],
+        "full-headroom-agent-policy"
+    );
     let cm = Api::<ConfigMap>::namespaced(client.clone(), ns)
         .get("full-headroom-dashboard")
         .await
