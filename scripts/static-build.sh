@@ -48,7 +48,9 @@ if [ "$target" = x86_64-unknown-linux-musl ]; then
   fi
   export CC_x86_64_unknown_linux_musl=musl-gcc
 else
-  if ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+  # The compiler and the target's C headers (ring includes <stdint.h>, <string.h>),
+  # which Debian packages apart (libc6-dev-arm64-cross is only recommended).
+  if ! command -v aarch64-linux-gnu-gcc >/dev/null || [ ! -f /usr/aarch64-linux-gnu/include/stdint.h ]; then
     log "installing gcc-aarch64-linux-gnu"
     apt_install gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   fi
