@@ -350,12 +350,13 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
     }
     let node_re = regex_quote(&node);
     let t0 = Instant::now();
+    let mut seen = Vec::new();
     let failing = loop {
         let mut failing = Vec::new();
         for (title, expr) in &queries {
             let e = dashboard::substitute(expr, &node_re, &regex_quote(&ns), "30s");
             match prom.series(&e).await {
-                Ok(n) if n >= 1 => {}
+                Ok(n) if n >= 1 => seen.push(format!("{n:>3} series  {title}: {e}")),
                 Ok(_) => failing.push(format!("{title}: no series: {e}")),
                 Err(err) => failing.push(format!("{title}: {err}: {e}")),
             }
@@ -363,6 +364,7 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
         if failing.is_empty() || t0.elapsed() > WAIT {
             break failing;
         }
+        seen.clear();
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
     assert!(
@@ -371,6 +373,7 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
         failing.join("\n"),
         agent.log_tail(30)
     );
+    println!("{}", seen.join("\n"));
 
     // The variables list this node and namespace.
     for (name, query) in dashboard::variables() {

@@ -646,7 +646,12 @@ async fn helm_install_creates_the_objects_in_the_real_apiserver() {
         .expect("ValidatingAdmissionPolicy created");
     // The server adds defaults (matchPolicy, selectors, scope); the rest is deploy/'s.
     let want = &one(&base, "ValidatingAdmissionPolicy").unwrap()["spec"];
-    for key in ["failurePolicy", "matchConditions", "variables", "validations"] {
+    for key in [
+        "failurePolicy",
+        "matchConditions",
+        "variables",
+        "validations",
+    ] {
         assert_eq!(vap["spec"][key], want[key], "policy {key}");
     }
     let rule = &vap["spec"]["matchConstraints"]["resourceRules"][0];
