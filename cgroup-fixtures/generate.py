@@ -19,6 +19,11 @@ import shutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PERIOD = 100000  # kernel default, used wherever the kubelet sets no period
+# Each fixture has two samples of its tree: root/ and later/, LATER_S apart.
+# Between them every container used CPU at its `load` (millicores), so the
+# usage `slack`/`plan` compute from the two is known and the same everywhere.
+LATER_S = 10
+ELAPSED_US = 0  # set per sample by Fixture.generate
 CONTROLLERS = "cpuset cpu io memory hugetlb pids rdma misc\n"
 
 
@@ -75,9 +80,10 @@ def cpu(q):
 
 
 class C:
-    def __init__(self, name, req=None, lim=None, mreq=None, mlim=None, sidecar=False):
+    def __init__(self, name, req=None, lim=None, mreq=None, mlim=None, sidecar=False, load=None):
         self.name, self.req, self.lim, self.mreq, self.mlim = name, req, lim, mreq, mlim
         self.sidecar = sidecar
+        self.load = load  # millicores used between the samples; None: a small hashed value
 
     def requests(self):
         r = {}
@@ -106,13 +112,16 @@ class C:
 
 class Pod:
     def __init__(self, name, ns, containers, pod_res=None, overhead=None, runtime_class=None,
-                 share_pid=False, static_hash=None):
+                 share_pid=False, static_hash=None, annotations=None, headroom_set=False):
         self.name, self.ns, self.containers = name, ns, containers
         self.pod_res = pod_res  # {"requests": {...}, "limits": {...}}
         self.overhead = overhead
         self.runtime_class = runtime_class
         self.share_pid = share_pid
         self.static_hash = static_hash
+        self.annotations = annotations or {}
+        # The limits are Headroom's: managedFields name the agent as their manager.
+        self.headroom_set = headroom_set
 
     def qos(self):
         if self.pod_res:
@@ -228,11 +237,18 @@ class Fixture:
 
     # generation ----------------------------------------------------------
     def generate(self):
+        global ELAPSED_US
         out = os.path.join(HERE, self.name)
         shutil.rmtree(out, ignore_errors=True)
-        root = os.path.join(out, "root")
+        for sample, elapsed in (("root", 0), ("later", LATER_S * 10**6)):
+            ELAPSED_US = elapsed
+            self.generate_sample(out, os.path.join(out, sample))
+
+    def generate_sample(self, out, root):
         write(os.path.join(root, "cgroup.controllers"), CONTROLLERS)
         write(os.path.join(root, "cgroup.subtree_control"), "cpuset cpu io memory pids\n")
+        # The CPUs the node's pods may use: capacity must not depend on the host.
+        write(os.path.join(root, "cpuset.cpus.effective"), f"0-{self.cpus - 1}\n")
         svc = {"containerd": "containerd", "cri-o": "crio", "docker": "cri-docker"}[self.runtime]
         for d in [f"system.slice/{svc}.service", "system.slice/kubelet.service", "init.scope"]:
             write(os.path.join(root, d, "cgroup.controllers"), CONTROLLERS)
@@ -293,7 +309,10 @@ class Fixture:
             if lim is None and pod_lim is not None:
                 lim = pod_lim  # a container without a limit follows the pod-level limit
             q = quota(lim, period) if lim is not None else None
-            u = num(self.name, pod.name, c.name, lo=10**6, hi=9 * 10**8)
+            load = c.load if c.load is not None else num(self.name, pod.name, c.name, "load", lo=2, hi=40)
+            if lim is not None:
+                load = min(load, lim)  # a quota caps what a container can use
+            u = num(self.name, pod.name, c.name, lo=10**6, hi=9 * 10**8) + load * ELAPSED_US // 1000
             usage += cgroup(os.path.join(pdir, name), max_line(q, period), weight(c.cpu_req()), u,
                             limited=q is not None)
             if conmon:
@@ -351,6 +370,16 @@ class Fixture:
             spec["shareProcessNamespace"] = True
         meta = {"name": pod.name, "namespace": pod.ns, "uid": meta_uid, "generation": 1,
                 "resourceVersion": str(num(pod.name, hi=900) + 100)}
+        if pod.annotations:
+            meta["annotations"] = dict(pod.annotations)
+        if pod.headroom_set:
+            paths = {f'k:{{"name":"{c.name}"}}': {"f:resources": {"f:limits": {"f:cpu": {}}}}
+                     for c in pod.containers if not c.sidecar and c.lim}
+            meta["managedFields"] = [{
+                "manager": "headroom-agent", "operation": "Update", "apiVersion": "v1",
+                "time": "2026-11-08T10:05:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:containers": paths}}, "subresource": "resize"}]
+            meta["generation"] = 2
         if pod.static_hash:
             meta["annotations"] = {
                 "kubernetes.io/config.hash": pod.static_hash,
@@ -359,7 +388,7 @@ class Fixture:
             }
         status = {"phase": "Running", "qosClass": qos, "containerStatuses": statuses,
                   "hostIP": "172.18.0.2", "podIP": f"10.244.0.{num(pod.name, hi=250) + 2}",
-                  "observedGeneration": 1}
+                  "observedGeneration": meta["generation"]}
         if init_statuses:
             status["initContainerStatuses"] = init_statuses
         item = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
@@ -398,6 +427,15 @@ FIXTURES = [
                 overhead={"cpu": "100m", "memory": "32Mi"}, runtime_class="runc-overhead"),
             Pod("kube-scheduler-kind-worker", "kube-system", [C("kube-scheduler", "100m")],
                 static_hash=h("static", "kube-scheduler")[:32]),
+            # Opted in, busy near its limit: `plan` raises it.
+            Pod("web", "shop", [C("app", "200m", "300m", "128Mi", "256Mi", load=290)],
+                annotations={"headroom.dev/managed": "true"}),
+            # Opted in, limit raised by Headroom earlier, now the node is busy:
+            # `plan` lowers it to its share of the slack.
+            Pod("report", "shop", [C("app", "200m", "800m", "128Mi", "256Mi", load=150)],
+                annotations={"headroom.dev/managed": "true"}, headroom_set=True),
+            # Not opted in, no limit, using most of the node.
+            Pod("etl", "batch", [C("job", "1", None, "1Gi", load=6500)]),
         ],
     ),
     Fixture(

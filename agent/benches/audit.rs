@@ -80,6 +80,8 @@ fn pod(i: usize) -> PodView {
         statuses,
         resize: ResizeState::default(),
         annotations: BTreeMap::new(),
+        limits_set_by_headroom: false,
+        owner: None,
     }
 }
 

@@ -88,6 +88,8 @@ fn pods(n: usize) -> Vec<PodView> {
                 statuses: vec![],
                 resize: ResizeState::default(),
                 annotations,
+                limits_set_by_headroom: false,
+                owner: None,
             }
         })
         .collect()
@@ -118,6 +120,7 @@ fn main() {
                     usage_m: (i as u64 * 53) % 400,
                     throttled_ratio: 0.0,
                     extra_floor_m: None,
+                    declared: None,
                 })
                 .collect();
             let node = NodeInputs {

@@ -102,6 +102,8 @@ fn node(root: &Path, n: usize) -> Vec<PodView> {
                 ..Default::default()
             },
             annotations: BTreeMap::new(),
+            limits_set_by_headroom: false,
+            owner: None,
         });
     }
     views
@@ -124,7 +126,17 @@ fn bench(c: &mut Criterion) {
         let cur = cgroup::scan(t.path(), &layout, 1_000_000).unwrap();
         let s = slack::measure(&prev, &cur, cap);
         let round = |s: &slack::NodeSlack| {
-            let r = observe_round("n", &views, s, 0.0, &opted, &floors, Some(true), &cfg);
+            let r = observe_round(
+                "n",
+                &views,
+                s,
+                0.0,
+                &opted,
+                &floors,
+                &HashMap::new(),
+                Some(true),
+                &cfg,
+            );
             let mut bucket = TokenBucket::from_config(&cfg);
             plan(
                 &r.node,

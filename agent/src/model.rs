@@ -21,6 +21,9 @@ pub const ANN_CEILING: &str = "headroom.dev/ceiling";
 /// Pod annotation `"true"`: Headroom may add CPU limits to containers that have
 /// none. One-way: the apiserver refuses to remove a limit once added.
 pub const ANN_ADOPT: &str = "headroom.dev/adopt-unlimited";
+/// Field manager of every resize the agent sends; `managedFields` entries of
+/// this manager tell which CPU limits Headroom (not the workload) last set.
+pub const FIELD_MANAGER: &str = "headroom-agent";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum Qos {
@@ -121,6 +124,92 @@ pub struct PodView {
     pub statuses: Vec<ContainerState>,
     pub resize: ResizeState,
     pub annotations: BTreeMap<String, String>,
+    /// `managedFields` name [`FIELD_MANAGER`] as the owner of a CPU limit:
+    /// the spec's limits are Headroom's, not the ones the workload declared.
+    pub limits_set_by_headroom: bool,
+    /// Controller owner (`ownerReferences[controller=true]`), whose pod
+    /// template holds the limits the workload declares.
+    pub owner: Option<OwnerRef>,
+}
+
+/// A pod's controller, as its `ownerReferences` name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OwnerRef {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// CPU limits the workload itself declares (before Headroom changed any):
+/// per container, and the pod-level one. `None` = no limit declared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeclaredLimits {
+    pub containers: BTreeMap<String, Option<Millis>>,
+    pub pod: Option<Millis>,
+}
+
+impl DeclaredLimits {
+    /// The limits in a pod's spec as they are now.
+    pub fn of(v: &PodView) -> Self {
+        Self {
+            containers: v
+                .containers
+                .iter()
+                .map(|c| (c.name.clone(), c.resources.cpu_limit))
+                .collect(),
+            pod: v.pod_resources.and_then(|r| r.cpu_limit),
+        }
+    }
+
+    /// The limits of a pod template's spec (an owner's `spec.template.spec`).
+    pub fn of_spec(spec: &k8s_openapi::api::core::v1::PodSpec) -> Result<Self, ViewError> {
+        let mut containers = BTreeMap::new();
+        for (i, c) in spec.containers.iter().enumerate() {
+            let r = resources(
+                c.resources.as_ref(),
+                &format!("template.spec.containers[{i}]"),
+            )?;
+            containers.insert(c.name.clone(), r.cpu_limit);
+        }
+        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+            if c.restart_policy.as_deref() == Some("Always") {
+                let f = format!("template.spec.initContainers[{i}]");
+                let r = resources(c.resources.as_ref(), &f)?;
+                containers.insert(c.name.clone(), r.cpu_limit);
+            }
+        }
+        let pod = resources(spec.resources.as_ref(), "template.spec.resources")?.cpu_limit;
+        Ok(Self { containers, pod })
+    }
+
+    /// Sum of the declared limits of `names`; `None` if one has none (or is
+    /// not in the template: an injected sidecar).
+    pub fn total_of<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Option<Millis> {
+        names
+            .into_iter()
+            .map(|n| self.containers.get(n).copied().flatten())
+            .sum()
+    }
+}
+
+/// Whether `managedFields` give [`FIELD_MANAGER`] a CPU limit of the pod
+/// (container or pod level). A manager that writes a field later takes it
+/// over, so a user's own resize after Headroom's makes this false again.
+pub fn limits_set_by_headroom(
+    fields: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry],
+) -> bool {
+    fn owns_cpu_limit(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .any(|(k, v)| (k == "f:limits" && v.get("f:cpu").is_some()) || owns_cpu_limit(v)),
+            _ => false,
+        }
+    }
+    fields.iter().any(|e| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.fields_v1.as_ref().is_some_and(|f| owns_cpu_limit(&f.0))
+    })
 }
 
 impl PodView {
@@ -401,6 +490,19 @@ impl TryFrom<&Pod> for PodView {
             statuses,
             resize,
             annotations,
+            limits_set_by_headroom: limits_set_by_headroom(
+                meta.managed_fields.as_deref().unwrap_or_default(),
+            ),
+            owner: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| OwnerRef {
+                    kind: o.kind.clone(),
+                    name: o.name.clone(),
+                    uid: o.uid.clone(),
+                }),
         })
     }
 }

@@ -162,6 +162,21 @@ pub fn mix(node: &str, counts: &[(Kind, usize)]) -> Vec<Spec> {
     out
 }
 
+/// The first container's CPU limit in millicores, if it has one.
+pub fn container_limit_m(p: &Pod) -> Option<u64> {
+    let q = p
+        .spec
+        .as_ref()?
+        .containers
+        .first()?
+        .resources
+        .as_ref()?
+        .limits
+        .as_ref()?
+        .get("cpu")?;
+    headroom::quantity::cpu_millis(&q.0).ok()
+}
+
 /// Labels the namespace `headroom.dev/managed=true`.
 pub async fn opt_in(client: &Client, ns: &str) -> anyhow::Result<()> {
     Api::<Namespace>::all(client.clone())

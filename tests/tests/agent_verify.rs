@@ -548,7 +548,11 @@ async fn under_reported_status_requests_do_not_flap() {
     e.sim.set_fault(&e.ns, "c", f.clone());
     e.sim.set_fault(&e.ns, "e", f);
     e.create(burstable("c", &e.node, "100m", "150m")).await;
-    e.create(pod_level_e("e", &e.node)).await;
+    // A pod-level limit below the ceiling, so it is raised (a declared limit
+    // above 4 × request would be kept as it is, and never resized).
+    let mut pl = pod_level_e("e", &e.node);
+    pl["spec"]["resources"]["limits"]["cpu"] = json!("150m");
+    e.create(pl).await;
     // Ceilings come from spec requests (100m × 4), not the reported 79m.
     e.wait_pod("c", "container limit 400m", |p| {
         cpu_limit_m(p, "app") == Some(400)

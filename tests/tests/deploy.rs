@@ -427,9 +427,21 @@ const USED: &[Access] = &[
     (None, "", "namespaces", "", "watch"),
     (Some("app"), "events.k8s.io", "events", "", "create"),
     (Some("app"), "events.k8s.io", "events", "", "patch"),
+    // The declared limits in a pod's controller's template.
+    (Some("app"), "apps", "replicasets", "", "get"),
+    (Some("app"), "apps", "statefulsets", "", "get"),
+    (Some("app"), "apps", "daemonsets", "", "get"),
+    (Some("app"), "batch", "jobs", "", "get"),
 ];
 
 const FORBIDDEN: &[Access] = &[
+    // Owners: one `get` each, never a list, a watch or a write.
+    (None, "apps", "replicasets", "", "list"),
+    (None, "apps", "replicasets", "", "watch"),
+    (Some("app"), "apps", "replicasets", "", "patch"),
+    (Some("app"), "apps", "statefulsets", "", "update"),
+    (Some("app"), "batch", "jobs", "", "delete"),
+    (Some("app"), "apps", "deployments", "", "get"),
     (Some("app"), "", "pods", "", "patch"),
     (Some("app"), "", "pods", "", "update"),
     (Some("app"), "", "pods", "", "delete"),

@@ -11,8 +11,6 @@ use anyhow::{Context, bail};
 use headroom::cgroup;
 use headroom::model::PodView;
 use headroom::quantity;
-use headroom::reconcile::{mark_roles, observe_round};
-use headroom::slack::{self, CapacityInputs};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
 use kube::api::ListParams;
@@ -26,17 +24,20 @@ pub struct Args {
     /// This node; default: the pod's own node (run it on that node).
     #[arg(long, env = "NODE_NAME", value_parser = parse_node_name)]
     pub node_name: Option<String>,
-    #[arg(long, default_value = "/sys/fs/cgroup")]
+    /// Root of the cgroup v2 hierarchy (the host's, or a mount of it).
+    #[arg(long, default_value = "/sys/fs/cgroup", env = "HEADROOM_CGROUP_ROOT")]
     pub cgroup_root: PathBuf,
+    /// Kubeconfig file; default: in-cluster config, then `KUBECONFIG`/`~/.kube/config`.
     #[arg(long, env = "HEADROOM_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Time between the two cgroup samples.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub interval: Duration,
     /// Policy config file, as for `run`.
-    #[arg(long)]
+    #[arg(long, env = "HEADROOM_CONFIG")]
     pub config: Option<PathBuf>,
-    #[arg(long, value_parser = parse_allocatable)]
+    /// The Node's allocatable CPU (e.g. `4000m`) if the Node cannot be read.
+    #[arg(long, value_parser = parse_allocatable, env = "HEADROOM_NODE_ALLOCATABLE")]
     pub node_allocatable: Option<u64>,
     /// One JSON object on stdout.
     #[arg(long)]
@@ -96,28 +97,17 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         .collect();
 
     let t0 = Instant::now();
-    let mut prev = cgroup::scan(&a.cgroup_root, &layout, 0)?;
+    let prev = cgroup::scan(&a.cgroup_root, &layout, 0)?;
     tokio::time::sleep(a.interval).await;
-    let mut cur = cgroup::scan(&a.cgroup_root, &layout, t0.elapsed().as_micros() as u64)?;
-    mark_roles(&mut prev.pods, &views);
-    mark_roles(&mut cur.pods, &views);
-    let s = slack::measure(
-        &prev,
-        &cur,
-        CapacityInputs {
-            node_allocatable_m: allocatable,
-            online_cpus: slack::online_cpus_at(&a.cgroup_root),
-        },
-    );
-    let round = observe_round(
+    let cur = cgroup::scan(&a.cgroup_root, &layout, t0.elapsed().as_micros() as u64)?;
+    let (_, round) = super::stateless_round(
         &node_name,
         &views,
-        &s,
-        // One interval: its contention as measured, unsmoothed.
-        s.stall.map_or(0.0, |st| st.contention_pct),
+        prev,
+        cur,
+        allocatable,
+        &a.cgroup_root,
         &opted,
-        &Default::default(),
-        None,
         &policy,
     );
     let Some(d) = round
@@ -136,8 +126,11 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     println!("pod {ns}/{name} on node {node_name}");
     match d.reason {
         None => println!(
-            "  managed:        yes ({:?} level)",
-            d.level.map(|l| format!("{l:?}")).unwrap_or_default()
+            "  managed:        yes ({})",
+            match d.level {
+                Some(headroom::policy::Level::Pod) => "pod-level limit",
+                _ => "container limits",
+            }
         ),
         Some(r) => println!("  managed:        no — {} ({})", r.reason(), r.describe()),
     }

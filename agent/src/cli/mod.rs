@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub mod explain;
+pub mod plan;
 pub mod run;
 pub mod slack;
 
@@ -19,6 +20,9 @@ pub enum Command {
     Run(run::Args),
     /// Explain what the agent would do with one pod of this node, and why.
     Explain(explain::Args),
+    /// The agent's decision for every pod of a node, from files alone (a
+    /// cgroup tree and the pods as JSON): no cluster needed.
+    Plan(plan::Args),
 }
 
 pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
@@ -26,6 +30,7 @@ pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
         Command::Slack(a) => slack::run(a),
         Command::Run(a) => run::run(a),
         Command::Explain(a) => explain::run(a),
+        Command::Plan(a) => plan::run(a),
     }
 }
 
@@ -92,6 +97,47 @@ fn fmt_duration(d: Duration) -> String {
 }
 
 /// A CPU quantity (`4000m`, `3.5`) in millicores.
+/// One stateless decision round on two samples of a node's cgroups, as the
+/// agent's first tick after a start computes it: no learned floors, no
+/// remembered declared limits, pod-level support unknown, the interval's
+/// contention unsmoothed. Shared by `explain` and `plan`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stateless_round(
+    node_name: &str,
+    views: &[headroom::model::PodView],
+    mut prev: headroom::cgroup::NodeSnapshot,
+    mut cur: headroom::cgroup::NodeSnapshot,
+    allocatable: Option<u64>,
+    cgroup_root: &std::path::Path,
+    opted: &std::collections::HashSet<String>,
+    policy: &headroom::policy::PolicyConfig,
+) -> (headroom::slack::NodeSlack, headroom::reconcile::Round) {
+    use headroom::reconcile::{mark_roles, observe_round};
+    use headroom::slack::{self, CapacityInputs};
+    mark_roles(&mut prev.pods, views);
+    mark_roles(&mut cur.pods, views);
+    let s = slack::measure(
+        &prev,
+        &cur,
+        CapacityInputs {
+            node_allocatable_m: allocatable,
+            online_cpus: slack::online_cpus_at(cgroup_root),
+        },
+    );
+    let round = observe_round(
+        node_name,
+        views,
+        &s,
+        s.stall.map_or(0.0, |st| st.contention_pct),
+        opted,
+        &Default::default(),
+        &Default::default(),
+        None,
+        policy,
+    );
+    (s, round)
+}
+
 pub fn parse_cpu(s: &str) -> Result<u64, String> {
     headroom::quantity::cpu_millis(s).map_err(|e| e.to_string())
 }

@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, env = "NODE_NAME", value_parser = parse_node_name)]
     pub node_name: String,
     /// cgroup v2 root as mounted in the agent's container.
-    #[arg(long, default_value = "/sys/fs/cgroup")]
+    #[arg(long, default_value = "/sys/fs/cgroup", env = "HEADROOM_CGROUP_ROOT")]
     pub cgroup_root: PathBuf,
     /// kubeconfig file; default: $KUBECONFIG, ~/.kube/config, then in-cluster.
     #[arg(long, env = "HEADROOM_KUBECONFIG")]
@@ -39,10 +39,10 @@ pub struct Args {
     #[arg(long, default_value = metrics::DEFAULT_ADDR)]
     pub metrics_addr: SocketAddr,
     /// Policy config file (TOML, or JSON if it ends in .json); flags below win.
-    #[arg(long)]
+    #[arg(long, env = "HEADROOM_CONFIG")]
     pub config: Option<PathBuf>,
     /// Allocatable CPU to assume until the Node object is read (more than 0).
-    #[arg(long, value_parser = parse_allocatable)]
+    #[arg(long, value_parser = parse_allocatable, env = "HEADROOM_NODE_ALLOCATABLE")]
     pub node_allocatable: Option<u64>,
     /// Full audit of every pod's cpu.max (also on inotify events).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]

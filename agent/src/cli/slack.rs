@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long, default_value = "/sys/fs/cgroup", env = "HEADROOM_CGROUP_ROOT")]
     pub cgroup_root: PathBuf,
     /// The Node's allocatable CPU (e.g. `4000m`), an input to capacity.
-    #[arg(long, value_parser = super::parse_allocatable)]
+    #[arg(long, value_parser = super::parse_allocatable, env = "HEADROOM_NODE_ALLOCATABLE")]
     pub node_allocatable: Option<u64>,
     /// Time between the two samples.
     #[arg(long, default_value = "1s", value_parser = super::parse_duration)]
@@ -25,6 +25,10 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The node's pods as JSON (a PodList or one Pod): rows then name pods
+    /// by namespace/name and mark the pause (sandbox) containers.
+    #[arg(long, env = "HEADROOM_PODS_FILE")]
+    pub pods: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<ExitCode> {
@@ -32,9 +36,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     tracing::debug!(kubepods = %layout.kubepods.display(), driver = ?layout.driver, "layout");
     let t0 = Instant::now();
     let at = || t0.elapsed().as_micros() as u64;
-    let prev = cgroup::scan(&a.cgroup_root, &layout, at()).context("first sample")?;
+    let views = match &a.pods {
+        Some(p) => super::plan::read_views(p)?,
+        None => Vec::new(),
+    };
+    let mut prev = cgroup::scan(&a.cgroup_root, &layout, at()).context("first sample")?;
     std::thread::sleep(a.interval);
-    let cur = cgroup::scan(&a.cgroup_root, &layout, at()).context("second sample")?;
+    let mut cur = cgroup::scan(&a.cgroup_root, &layout, at()).context("second sample")?;
+    headroom::reconcile::mark_roles(&mut prev.pods, &views);
+    headroom::reconcile::mark_roles(&mut cur.pods, &views);
+    let names: std::collections::HashMap<&str, String> =
+        views.iter().map(|v| (v.uid.as_str(), v.key())).collect();
     let cap = CapacityInputs {
         node_allocatable_m: a.node_allocatable,
         online_cpus: slack::online_cpus_at(&a.cgroup_root),
@@ -46,7 +58,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     if a.json {
         println!("{}", report_json(&cur, &s));
     } else {
-        print!("{}", report_text(&cur, &s));
+        print!("{}", report_text(&cur, &s, &names));
     }
     // A tree the agent may not fully read gives an incomplete answer: say
     // so in the exit status too, not only in the text.
@@ -150,7 +162,12 @@ fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 /// Node summary line, then one row per pod and its containers.
-pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
+/// `names`: namespace/name by pod uid (empty without `--pods`: rows by uid).
+pub fn report_text(
+    cur: &NodeSnapshot,
+    s: &NodeSlack,
+    names: &std::collections::HashMap<&str, String>,
+) -> String {
     let mut o = String::new();
     let psi = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.2}"));
     let _ = writeln!(
@@ -162,9 +179,9 @@ pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
     );
     let _ = writeln!(
         o,
-        "  capacity {}m ({:?})  usage {}m  slack {}m  pressure some/full avg10 {}/{}  over {:.2}s, {} pods",
+        "  capacity {}m ({})  usage {}m  slack {}m  pressure some/full avg10 {}/{}  over {:.2}s, {} pods",
         s.capacity_m,
-        s.capacity_source,
+        super::plan::capacity_source(s.capacity_source),
         s.usage_m,
         s.slack_m,
         psi(s.pressure_some_avg10),
@@ -205,7 +222,11 @@ pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
     let _ = writeln!(
         o,
         "\n{:<36}  {:<10}  {:>10}  {:>7}  {:>9}  containers (runtime:id=cpu.max)",
-        "UID", "QOS", "CPU.MAX", "USAGE", "THROTTLED"
+        if names.is_empty() { "UID" } else { "POD" },
+        "QOS",
+        "CPU.MAX",
+        "USAGE",
+        "THROTTLED"
     );
     for (p, u) in cur.pods.iter().zip(&s.pods) {
         let cpu_max = match &p.sample {
@@ -225,10 +246,10 @@ pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
                     Ok(m) => fmt_m(m.millicores()),
                     Err(_) => "error".into(),
                 };
-                let conmon = if c.role == cgroup::ContainerRole::Conmon {
-                    "(conmon)"
-                } else {
-                    ""
+                let conmon = match c.role {
+                    cgroup::ContainerRole::Conmon => "(conmon)",
+                    cgroup::ContainerRole::Sandbox => "(pause)",
+                    _ => "",
                 };
                 format!("{rt}:{id}{conmon}={m}")
             })
@@ -236,7 +257,7 @@ pub fn report_text(cur: &NodeSnapshot, s: &NodeSlack) -> String {
         let _ = writeln!(
             o,
             "{:<36}  {:<10}  {:>10}  {:>7}  {:>9}  {}",
-            p.uid,
+            names.get(p.uid.as_str()).unwrap_or(&p.uid),
             p.qos.as_str(),
             cpu_max,
             fmt_opt(u.usage_m.map(|m| format!("{m}m"))),

@@ -3,6 +3,7 @@
 
 pub mod classify;
 pub mod events;
+pub mod owner;
 pub mod patch;
 pub mod resize;
 pub mod watch;

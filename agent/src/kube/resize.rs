@@ -9,7 +9,7 @@ use super::classify::{Outcome, classify};
 use super::patch::{LimitChange, resize_body};
 use crate::model::Millis;
 
-pub const FIELD_MANAGER: &str = "headroom-agent";
+pub use crate::model::FIELD_MANAGER;
 
 /// Patches `pods/resize` with a strategic-merge body. `attempted_m` is the
 /// total (or pod-level) limit asked for, used to learn floors from refusals.

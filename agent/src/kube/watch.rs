@@ -104,9 +104,26 @@ pub fn start(client: Client, node_name: &str) -> (Caches, Vec<JoinHandle<()>>) {
 /// Everything `PodView::try_from` and the events need is kept.
 pub fn slim_pod(p: &mut Pod) {
     let m = &mut p.metadata;
-    m.managed_fields = None;
+    // Only the agent's own entries: they say which limits Headroom set.
+    let own: Vec<_> = m
+        .managed_fields
+        .take()
+        .into_iter()
+        .flatten()
+        .filter(|e| e.manager.as_deref() == Some(crate::model::FIELD_MANAGER))
+        .collect();
+    m.managed_fields = (!own.is_empty()).then_some(own);
     m.labels = None;
-    m.owner_references = None;
+    // Only the controller: its pod template holds the declared limits.
+    m.owner_references = m
+        .owner_references
+        .take()
+        .map(|o| {
+            o.into_iter()
+                .filter(|o| o.controller == Some(true))
+                .collect::<Vec<_>>()
+        })
+        .filter(|o| !o.is_empty());
     m.finalizers = None;
     if let Some(a) = m.annotations.as_mut() {
         // The last-applied annotation is a copy of the whole object.
@@ -176,7 +193,12 @@ mod tests {
             "metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 2, "resourceVersion": "7",
                 "labels": {"app": "x"}, "annotations": {"headroom.dev/managed": "true",
                 "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
-                "managedFields": [{"manager": "kubectl"}]},
+                "managedFields": [{"manager": "kubectl"},
+                    {"manager": "headroom-agent", "operation": "Update", "subresource": "resize", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}}],
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "not-controller", "uid": "o-1"},
+                    {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "o-2", "controller": true}]},
             "spec": {"nodeName": "n", "volumes": [{"name": "v", "emptyDir": {}}],
                 "initContainers": [{"name": "side", "image": "i", "restartPolicy": "Always",
                     "resources": {"limits": {"cpu": "100m"}}}],
@@ -199,7 +221,14 @@ mod tests {
             before,
             "only the last-applied copy is dropped"
         );
-        assert!(p.metadata.managed_fields.is_none() && p.metadata.labels.is_none());
+        assert!(
+            before.limits_set_by_headroom,
+            "the agent's own entry is kept"
+        );
+        assert_eq!(before.owner.as_ref().map(|o| o.name.as_str()), Some("rs"));
+        assert_eq!(p.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
+        assert_eq!(p.metadata.owner_references.as_ref().map(Vec::len), Some(1));
+        assert!(p.metadata.labels.is_none());
         assert!(p.spec.as_ref().unwrap().containers[0].env.is_none());
         assert!(!before.annotations.is_empty());
         assert!(

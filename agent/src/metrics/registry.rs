@@ -423,15 +423,17 @@ impl Metrics {
     }
 
     pub fn set_node(&self, v: &NodeValues) {
+        // Millicore gauges are whole numbers already (from integers).
         self.node_capacity.set(v.capacity_millicores);
         self.node_usage.set(v.usage_millicores);
         self.node_real_slack.set(v.real_slack_millicores);
         self.node_booked_slack.set(v.booked_slack_millicores);
-        self.node_pressure_some.set(v.pressure_some_ratio);
+        self.node_pressure_some.set(ratio(v.pressure_some_ratio));
         self.node_pressure_full
-            .set(v.pressure_full_ratio.unwrap_or(0.0));
-        self.node_throttling_stall.set(v.throttling_stall_ratio);
-        self.node_contention.set(v.contention_ratio);
+            .set(ratio(v.pressure_full_ratio.unwrap_or(0.0)));
+        self.node_throttling_stall
+            .set(ratio(v.throttling_stall_ratio));
+        self.node_contention.set(ratio(v.contention_ratio));
         self.node_set.store(true, Ordering::Release);
     }
 
@@ -459,7 +461,9 @@ impl Metrics {
             }
         }
         self.pod_usage.get_or_create(&l).set(v.usage_millicores);
-        self.pod_throttled.get_or_create(&l).set(v.throttled_ratio);
+        self.pod_throttled
+            .get_or_create(&l)
+            .set(ratio(v.throttled_ratio));
     }
 
     /// Drops a pod's managed-pod series (it became unmanaged), keeping drift.
@@ -577,5 +581,31 @@ impl Metrics {
                 })
                 .set(*n as i64);
         }
+    }
+}
+
+/// A ratio rounded to 6 decimals: `0.41 / 100` is 0.0040999999999999999 in
+/// binary, and the exposition would print all of it. Six decimals are far
+/// below what PSI (2 decimals of a percent) or a CFS period count resolve.
+pub fn ratio(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 1e6).round() / 1e6
+    } else {
+        x
+    }
+}
+
+#[cfg(test)]
+mod ratio_tests {
+    use super::ratio;
+
+    #[test]
+    fn ratios_print_without_float_noise() {
+        let noisy = 0.41 / 100.0;
+        assert_ne!(noisy.to_string(), "0.0041", "the noise this removes");
+        assert_eq!(ratio(noisy).to_string(), "0.0041");
+        assert_eq!(ratio(2.0 / 3.0).to_string(), "0.666667");
+        assert_eq!(ratio(0.0), 0.0);
+        assert!(ratio(f64::NAN).is_nan());
     }
 }

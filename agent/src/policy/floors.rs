@@ -103,22 +103,31 @@ fn guaranteed_at_request(pod: &PodView, managed: &[ManagedContainer]) -> bool {
 }
 
 /// Ceiling of the managed limit: the `headroom.dev/ceiling` annotation if it
-/// parses, else request × `factor`; never above `capacity_m`; never below
-/// `floor_m`. Not rounded to the quantum: rounding down would let a large
-/// quantum pull every ceiling to the request (the water-filling's last step
-/// may be a partial one that ends exactly here).
+/// parses (the user's explicit cap, never above `capacity_m`); else the
+/// default, request × `factor` capped at `capacity_m` but never below the
+/// limit the workload declares (`declared_m`), so opting in never lowers a
+/// limit on an idle node. Never below `floor_m`. Not rounded to the quantum:
+/// rounding down would let a large quantum pull every ceiling to the request
+/// (the water-filling's last step may be a partial one that ends exactly
+/// here).
 pub fn ceiling(
     pod: &PodView,
     request_m: Millis,
     floor_m: Millis,
     factor: f64,
     capacity_m: Millis,
+    declared_m: Option<Millis>,
 ) -> Millis {
     let from_annotation = pod
         .annotation(ANN_CEILING)
         .and_then(|v| quantity::cpu_millis(v).ok());
-    let raw = from_annotation.unwrap_or_else(|| scale(request_m, factor));
-    raw.min(capacity_m).max(floor_m)
+    let raw = match from_annotation {
+        Some(a) => a.min(capacity_m),
+        None => scale(request_m, factor)
+            .min(capacity_m)
+            .max(declared_m.unwrap_or(0)),
+    };
+    raw.max(floor_m)
 }
 
 /// `m × factor`, saturating, rounded down; `m` itself for a factor below 1

@@ -134,8 +134,15 @@ impl Cause {
                     st.contention_pct, st.some_pct, st.throttling_pct
                 )
             }
-            Cause::AtFloor => format!("lower {cur}m→{target}m: no slack left, at floor {floor}m"),
-            Cause::SlackShrank => format!("lower {cur}m→{target}m: slack shrank to {slack}m"),
+            // Facts of this round only: the agent may have no earlier round
+            // to compare with (first tick, restart), so no "shrank".
+            Cause::AtFloor => {
+                format!("lower {cur}m→{target}m: slack {slack}m leaves it at its floor {floor}m")
+            }
+            Cause::SlackShrank => format!(
+                "lower {cur}m→{target}m: slack {slack}m over {} managed pods gives it a share of {}m",
+                node.managed_pods, d.share_m
+            ),
         }
     }
 }

@@ -37,7 +37,7 @@ mod tests;
 
 use serde::Serialize;
 
-use crate::model::{Millis, PodView};
+use crate::model::{DeclaredLimits, Millis, PodView};
 
 pub use bucket::TokenBucket;
 pub use config::{ConfigError, PolicyConfig};
@@ -73,6 +73,10 @@ pub struct PodInput<'a> {
     pub throttled_ratio: f64,
     /// Floor learned from an apiserver refusal, if any.
     pub extra_floor_m: Option<Millis>,
+    /// Limits the workload declares, as the caller knows them (seen before
+    /// Headroom changed them, or the owner's pod template). Ignored while
+    /// the pod's limits are not Headroom's (they are the declared ones).
+    pub declared: Option<&'a DeclaredLimits>,
 }
 
 /// What Headroom patches for a managed pod.
@@ -113,6 +117,9 @@ pub struct Decision {
     pub usage_m: Millis,
     pub floor: Option<Floor>,
     pub ceiling_m: Option<Millis>,
+    /// The managed limit the workload declares, which the default ceiling
+    /// never goes below; `None` when it declares none (adoption).
+    pub declared_limit_m: Option<Millis>,
     /// Current managed limit; `None` when unlimited (or unmanaged).
     pub current_limit_m: Option<Millis>,
     /// `target − request`: this pod's share of the slack.
@@ -158,6 +165,31 @@ impl NodeDecision {
     }
 }
 
+/// The managed limit the workload declares. While the pod's limits are not
+/// Headroom's, they are the declared ones. Once Headroom set them: what the
+/// caller knows (`known`); if it knows nothing (a pod with no owner after an
+/// agent restart), the current limit, so an idle node never lowers it.
+pub fn declared_limit(
+    pod: &PodView,
+    shape: &ManagedShape,
+    known: Option<&DeclaredLimits>,
+) -> Option<Millis> {
+    let own;
+    let declared = if pod.limits_set_by_headroom {
+        match known {
+            Some(k) => k,
+            None => return shape.current_limit_m(),
+        }
+    } else {
+        own = DeclaredLimits::of(pod);
+        &own
+    };
+    match shape {
+        ManagedShape::Containers(cs) => declared.total_of(cs.iter().map(|c| c.name.as_str())),
+        ManagedShape::PodLevel { .. } => declared.pod,
+    }
+}
+
 struct Managed {
     index: usize,
     shape: ManagedShape,
@@ -194,6 +226,7 @@ pub fn decide(
             usage_m: p.usage_m,
             floor: None,
             ceiling_m: None,
+            declared_limit_m: None,
             current_limit_m: None,
             share_m: 0,
             target_m: None,
@@ -204,13 +237,16 @@ pub fn decide(
             Ok(shape) => {
                 let request = shape.request_m();
                 let floor = floors::floor(pod, &shape, q, p.extra_floor_m);
+                let declared_m = declared_limit(pod, &shape, p.declared);
                 let ceiling_m = floors::ceiling(
                     pod,
                     request,
                     floor.floor_m,
                     cfg.ceiling_factor,
                     node.capacity_m,
+                    declared_m,
                 );
+                d.declared_limit_m = declared_m;
                 d.managed = true;
                 d.level = Some(match shape {
                     ManagedShape::Containers(_) => Level::Containers,

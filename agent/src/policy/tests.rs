@@ -57,6 +57,8 @@ fn pod(name: &str, containers: Vec<ContainerSpec>) -> PodView {
         statuses: vec![],
         resize: ResizeState::default(),
         annotations: BTreeMap::from([(ANN_MANAGED.to_string(), "true".to_string())]),
+        limits_set_by_headroom: false,
+        owner: None,
     };
     p.qos = compute_qos(&p.containers, p.pod_resources.as_ref());
     p
@@ -457,18 +459,70 @@ fn learned_floor_lifts_the_floor() {
 #[test]
 fn ceiling_default_annotation_capacity_and_floor() {
     let p = simple("s", 100, Some(300));
-    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 8000), 400);
-    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 250), 250);
-    assert_eq!(floors::ceiling(&p, 105, 105, 4.0, 8000), 420);
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 8000, None), 400);
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 250, None), 250);
+    assert_eq!(floors::ceiling(&p, 105, 105, 4.0, 8000, None), 420);
     // Not rounded to a quantum grid: a big quantum cannot pull it down.
-    assert_eq!(floors::ceiling(&p, 10, 10, 1.5, 8000), 15);
+    assert_eq!(floors::ceiling(&p, 10, 10, 1.5, 8000, None), 15);
     let mut a = p.clone();
     a.annotations.insert(ANN_CEILING.into(), "1.5".into());
-    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 8000), 1500);
+    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 8000, None), 1500);
     a.annotations.insert(ANN_CEILING.into(), "bogus".into());
-    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 8000), 400);
+    assert_eq!(floors::ceiling(&a, 100, 100, 4.0, 8000, None), 400);
     a.annotations.insert(ANN_CEILING.into(), "50m".into());
-    assert_eq!(floors::ceiling(&a, 100, 110, 4.0, 8000), 110);
+    assert_eq!(floors::ceiling(&a, 100, 110, 4.0, 8000, None), 110);
+    // The default ceiling never falls below the declared limit (even above
+    // capacity: lowering it there changes nothing the kernel enforces on an
+    // idle node, and opting in must not lower a limit); the annotation, the
+    // user's explicit cap, still wins.
+    assert_eq!(floors::ceiling(&p, 10, 10, 4.0, 8000, Some(100)), 100);
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 8000, Some(300)), 400);
+    assert_eq!(floors::ceiling(&p, 100, 100, 4.0, 250, Some(300)), 300);
+    a.annotations.insert(ANN_CEILING.into(), "50m".into());
+    assert_eq!(floors::ceiling(&a, 10, 10, 4.0, 8000, Some(100)), 50);
+}
+
+#[test]
+fn declared_limit_comes_from_the_pod_until_headroom_sets_it() {
+    let p = simple("d", 10, Some(100));
+    let shape = eligibility(&p, &ctx(Some(true))).expect("managed");
+    // Limits not Headroom's: they are the declared ones.
+    assert_eq!(declared_limit(&p, &shape, None), Some(100));
+    let mut known = crate::model::DeclaredLimits::of(&p);
+    let mut r = p.clone();
+    r.limits_set_by_headroom = true;
+    r.containers[0].resources.cpu_limit = Some(30);
+    let shape = eligibility(&r, &ctx(Some(true))).expect("managed");
+    // Headroom's: what the caller knows (memory or the owner's template)...
+    assert_eq!(declared_limit(&r, &shape, Some(&known)), Some(100));
+    // ...or, knowing nothing, the limit as it is now.
+    assert_eq!(declared_limit(&r, &shape, None), Some(30));
+    // A template that lacks the container (an injected sidecar) declares none.
+    known.containers.clear();
+    assert_eq!(declared_limit(&r, &shape, Some(&known)), None);
+}
+
+#[test]
+fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
+    // Request 10m, limit 100m: 4 × request is 40m, below what the workload declares.
+    let p = simple("idle", 10, Some(100));
+    let inputs = [PodInput {
+        namespace_opted_in: true,
+        ..input(&p, 0)
+    }];
+    let (n, ds) = decide(&node(4000, 0, 0.0), &inputs, &PolicyConfig::default());
+    assert_eq!(ds[0].ceiling_m, Some(100));
+    assert_eq!(ds[0].target_m, Some(100));
+    let mut bucket = TokenBucket::new(100.0, 100);
+    let out = plan(
+        &n,
+        &ds,
+        &HashMap::new(),
+        0.0,
+        &mut bucket,
+        &PolicyConfig::default(),
+    );
+    assert!(out.patches.is_empty(), "{:?}", out.patches);
 }
 
 // -------------------------------------------------------------------- decide
@@ -494,6 +548,7 @@ fn input(p: &PodView, usage_m: Millis) -> PodInput<'_> {
         usage_m,
         throttled_ratio: 0.0,
         extra_floor_m: None,
+        declared: None,
     }
 }
 
@@ -820,17 +875,26 @@ fn adoption_adds_a_limit_once() {
 
 #[test]
 fn pod_level_patches_only_the_pod_limit() {
-    let p = pod_level_a();
+    let mut p = pod_level_a();
+    // The workload's own 500m: above 4 × request, kept on an idle node.
     let (n, ds) = decided(&p, 8000, 0, 0.0);
-    let out = plan(
-        &n,
-        &ds,
-        &HashMap::new(),
-        0.0,
-        &mut big_bucket(),
-        &PolicyConfig::default(),
-    );
+    let cfg = PolicyConfig::default();
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    assert_eq!(out.patches, vec![]);
+    // 500m set by Headroom; the workload declares 300m: ceiling 400m.
+    p.limits_set_by_headroom = true;
+    let declared = crate::model::DeclaredLimits {
+        containers: BTreeMap::from([("c".to_string(), None)]),
+        pod: Some(300),
+    };
+    let inputs = [PodInput {
+        declared: Some(&declared),
+        ..input(&p, 0)
+    }];
+    let (n, ds) = decide(&node(8000, 0, 0.0), &inputs, &cfg);
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
     assert_eq!(out.patches[0].kind, PatchKind::PodLimit(400));
+    assert_eq!(out.patches[0].why, "lower 500m→400m: above ceiling 400m");
     assert_eq!(out.patches[0].direction, Direction::Lower);
 }
 
@@ -944,6 +1008,7 @@ fn run(
             usage_m: (i as Millis * 37) % 500,
             throttled_ratio: 0.0,
             extra_floor_m: None,
+            declared: None,
         })
         .collect();
     decide(&node(capacity_m, usage_m, psi), &inputs, &cfg)
@@ -952,6 +1017,8 @@ fn run(
 /// Applies a plan to a copy of the pod, as the apiserver would.
 fn apply(p: &PodView, pp: &PatchPlan) -> PodView {
     let mut p = p.clone();
+    // The apiserver records the agent as the limits' field manager.
+    p.limits_set_by_headroom = true;
     match &pp.kind {
         PatchKind::PodLimit(m) => {
             if let Some(r) = p.pod_resources.as_mut() {
@@ -1228,4 +1295,124 @@ fn a_quantum_larger_than_the_headroom_does_not_collapse_the_ceiling() {
     assert_eq!(ds[0].target_m, Some(150));
     let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
     assert!(out.patches.is_empty(), "{:?}", out.patches);
+}
+
+// ------------------------------------------------------- reasons tell the truth
+
+/// The number right after `key` in `s` (digits only), if `key` occurs.
+fn number_after(s: &str, key: &str) -> Option<Millis> {
+    let rest = &s[s.find(key)? + key.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// Every figure a patch's reason states is the figure of this round.
+fn check_reason(n: &NodeDecision, d: &Decision, pp: &PatchPlan) -> Result<(), String> {
+    let w = &pp.why;
+    let fail = |what: &str| Err(format!("{what}: {w:?} for {d:?} on {n:?}"));
+    let cur = d.current_limit_m;
+    let (floor, ceiling) = (d.floor_m().unwrap(), d.ceiling_m.unwrap());
+    if w.starts_with("adopt:") {
+        if cur.is_some() || number_after(w, "add CPU limit ") != Some(pp.new_total_m) {
+            return fail("adopt");
+        }
+        return Ok(());
+    }
+    let verb = if pp.direction == Direction::Raise {
+        "raise "
+    } else {
+        "lower "
+    };
+    if !w.starts_with(&format!("{verb}{}m→{}m: ", cur.unwrap(), pp.new_total_m)) {
+        return fail("from → to");
+    }
+    if let Some(s) = number_after(w, "slack ")
+        && s != n.slack_m
+    {
+        return fail("slack");
+    }
+    if let Some(s) = number_after(w, "share ").or(number_after(w, "share of "))
+        && s != d.share_m
+    {
+        return fail("share");
+    }
+    if let Some(c) = number_after(w, "ceiling ")
+        && c != ceiling
+    {
+        return fail("ceiling");
+    }
+    if let Some(f) = number_after(w, "floor ")
+        && f != floor
+    {
+        return fail("floor");
+    }
+    if w.contains("above ceiling") && cur.unwrap() <= ceiling {
+        return fail("not above the ceiling");
+    }
+    if w.contains("below floor") && cur.unwrap() >= floor {
+        return fail("not below the floor");
+    }
+    if w.contains("at its floor") && pp.new_total_m != floor {
+        return fail("not at the floor");
+    }
+    if w.contains("contention") && !n.under_pressure() {
+        return fail("no contention");
+    }
+    if let Some(k) = number_after(w, "over ")
+        && k != n.managed_pods as Millis
+    {
+        return fail("managed pods");
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn every_reason_states_only_facts_of_the_round(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
+        let (n, ds) = run(&pods, cap, usage, psi, 100);
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &PolicyConfig::default());
+        for pp in &out.patches {
+            let d = ds.iter().find(|d| d.uid == pp.uid).unwrap();
+            if let Err(e) = check_reason(&n, d, pp) {
+                prop_assert!(false, "{}", e);
+            }
+        }
+    }
+
+    #[test]
+    fn an_idle_node_with_room_never_lowers_a_limit(pods in arb_pods()) {
+        // Room for every ceiling, no usage, no contention: the only lowering
+        // allowed is to a ceiling the user annotated below the limit.
+        let cfg = PolicyConfig::default();
+        let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
+        let (n, ds) = decide(&node(1_000_000, 0, 0.0), &inputs, &cfg);
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        for pp in out.patches.iter().filter(|pp| pp.direction == Direction::Lower && pp.old_total_m.is_some()) {
+            let p = pods.iter().find(|p| p.uid == pp.uid).unwrap();
+            let annotated = p.annotation(ANN_CEILING).and_then(|c| crate::quantity::cpu_millis(c).ok());
+            prop_assert!(annotated.is_some_and(|c| c < pp.old_total_m.unwrap()), "{:?}", pp);
+        }
+    }
+}
+
+#[test]
+fn lowering_reasons_name_this_rounds_slack_not_a_change() {
+    // First round after a start: no earlier slack to have "shrunk" from.
+    let a = simple("a", 100, Some(400));
+    let b = simple("b", 100, Some(400));
+    let inputs = [input(&a, 0), input(&b, 0)];
+    let cfg = PolicyConfig::default();
+    // 100m reserve, 100m of other usage: 300m of slack over two pods.
+    let (n, ds) = decide(&node(500, 100, 0.0), &inputs, &cfg);
+    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    assert_eq!(out.patches.len(), 2, "{out:?}");
+    for pp in &out.patches {
+        assert!(!pp.why.contains("shrank"), "{}", pp.why);
+        let d = ds.iter().find(|d| d.uid == pp.uid).unwrap();
+        check_reason(&n, d, pp).unwrap();
+    }
+    assert_eq!(
+        out.patches[0].why,
+        "lower 400m→250m: slack 300m over 2 managed pods gives it a share of 150m"
+    );
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::kube::classify::backoff;
-use crate::model::Millis;
+use crate::model::{DeclaredLimits, Millis};
 use crate::policy::PodMemory;
 
 /// Per-pod retry state after a failed patch.
@@ -35,6 +35,9 @@ pub struct Memory {
     pub forbidden: Option<Backoff>,
     /// Last dry-run target logged per uid (log changes only).
     pub dry_run_logged: HashMap<String, Millis>,
+    /// Limits each pod's workload declares: seen while they were not yet
+    /// Headroom's, or read from the owner's pod template.
+    pub declared: HashMap<String, DeclaredLimits>,
 }
 
 impl Memory {
@@ -96,6 +99,7 @@ impl Memory {
             .chain(self.floors.keys())
             .chain(self.backoff.keys())
             .chain(self.dry_run_logged.keys())
+            .chain(self.declared.keys())
     }
 
     /// Drops everything about a pod that is gone.
@@ -104,6 +108,7 @@ impl Memory {
         self.floors.remove(uid);
         self.backoff.remove(uid);
         self.dry_run_logged.remove(uid);
+        self.declared.remove(uid);
     }
 }
 
@@ -156,10 +161,12 @@ mod tests {
         m.transient("backoff", S(0), 0.5);
         // Dry-run mode remembers what it logged and nothing else.
         m.dry_run_logged.insert("dry".into(), 200);
+        m.declared
+            .insert("declared".into(), DeclaredLimits::default());
         let mut uids: Vec<&str> = m.uids().map(String::as_str).collect();
         uids.sort_unstable();
-        assert_eq!(uids, ["backoff", "dry", "floor"]);
-        for u in ["backoff", "dry", "floor"] {
+        assert_eq!(uids, ["backoff", "declared", "dry", "floor"]);
+        for u in ["backoff", "declared", "dry", "floor"] {
             m.forget(u);
         }
         assert_eq!(m.uids().count(), 0);

@@ -23,13 +23,19 @@ use crate::kube::patch::{ContainerLimit, LimitChange};
 use crate::kube::resize;
 use crate::kube::watch::Caches;
 use crate::metrics::{self, Metrics, PatchErrorClass, ResizeResult, ScanErrorKind};
-use crate::model::{ContainerKind, Millis, PodView, Qos};
+use crate::model::{ContainerKind, DeclaredLimits, Millis, PodView, Qos};
 use crate::policy::{Direction, PatchKind, PatchPlan, PolicyConfig, TokenBucket, Unmanaged};
 use crate::slack::{self, CapacityInputs, ContentionAverage, NodeSlack, UsageBasis};
 use crate::verify::{self, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker};
 
 use memory::Memory;
 pub use round::{Round, observe_round};
+
+/// Wait before reading an owner's pod template again after a failure.
+const TEMPLATE_RETRY: Duration = Duration::from_secs(300);
+/// Owner templates read per tick at most (a restart on a full node must not
+/// burst the apiserver).
+const TEMPLATES_PER_TICK: usize = 5;
 
 /// Minimum time between full scans triggered by a pod whose cgroup is not
 /// known yet (a Running pod without a cgroup must not force one every tick).
@@ -116,6 +122,10 @@ pub struct Agent {
     /// Pods that could not be read as a PodView: uid → resourceVersion logged.
     unreadable: HashMap<String, String>,
     next_probe: Option<Duration>,
+    /// Declared limits of owners' pod templates, by owner uid.
+    templates: HashMap<String, DeclaredLimits>,
+    /// Owners whose template could not be read: when to try again.
+    template_retry: HashMap<String, Duration>,
     started: Instant,
     online_cpus: u64,
     rng: u64,
@@ -157,6 +167,8 @@ impl Agent {
             pod_level_supported: None,
             unreadable: HashMap::new(),
             next_probe: None,
+            templates: HashMap::new(),
+            template_retry: HashMap::new(),
             started: Instant::now(),
             online_cpus: slack::online_cpus_at(&settings.cgroup_root),
             rng: 0x9E37_79B9_7F4A_7C15 ^ std::process::id() as u64,
@@ -351,6 +363,7 @@ impl Agent {
             return None;
         }
 
+        self.learn_declared(&views, now).await;
         let t_decide = Instant::now();
         let contention_pct = self
             .contention
@@ -363,6 +376,7 @@ impl Agent {
             contention_pct,
             &opted,
             &self.memory.floors,
+            &self.memory.declared,
             self.pod_level_supported,
             &self.settings.policy,
         );
@@ -414,6 +428,70 @@ impl Agent {
         Some(round)
     }
 
+    /// Learns the limits each Burstable pod's workload declares, so the
+    /// default ceiling never falls below them: the pod's own limits while
+    /// they are not Headroom's (`managedFields`), else its controller's pod
+    /// template (read-only `get`). A pod with neither (no owner, limits set
+    /// by an earlier agent) keeps its current limit as the ceiling's lower
+    /// bound (`policy::declared_limit`).
+    async fn learn_declared(&mut self, views: &[PodView], now: Duration) {
+        let mut reads = 0;
+        for v in views.iter().filter(|v| v.qos == Qos::Burstable) {
+            if !v.limits_set_by_headroom {
+                let d = DeclaredLimits::of(v);
+                if self.memory.declared.get(&v.uid) != Some(&d) {
+                    self.memory.declared.insert(v.uid.clone(), d);
+                }
+                continue;
+            }
+            if self.memory.declared.contains_key(&v.uid) {
+                continue;
+            }
+            let Some(owner) = v.owner.as_ref() else {
+                continue;
+            };
+            if let Some(t) = self.templates.get(&owner.uid) {
+                self.memory.declared.insert(v.uid.clone(), t.clone());
+                continue;
+            }
+            if reads >= TEMPLATES_PER_TICK
+                || self
+                    .template_retry
+                    .get(&owner.uid)
+                    .is_some_and(|t| now < *t)
+            {
+                continue;
+            }
+            reads += 1;
+            let client = self.api.clone().into_client();
+            match crate::kube::owner::template_limits(&client, &v.namespace, owner).await {
+                Ok(Some(t)) => {
+                    tracing::info!(pod = %v.key(), owner = %format!("{}/{}", owner.kind, owner.name), "declared limits read from the owner's pod template");
+                    self.templates.insert(owner.uid.clone(), t.clone());
+                    self.memory.declared.insert(v.uid.clone(), t);
+                }
+                Ok(None) => {
+                    self.template_retry
+                        .insert(owner.uid.clone(), now + TEMPLATE_RETRY);
+                    tracing::info!(pod = %v.key(), owner = %format!("{}/{}", owner.kind, owner.name), "no pod template to read declared limits from; the ceiling stays at least the current limit");
+                }
+                Err(e) => {
+                    self.template_retry
+                        .insert(owner.uid.clone(), now + TEMPLATE_RETRY);
+                    tracing::warn!(pod = %v.key(), error = %e, retry_s = TEMPLATE_RETRY.as_secs(), "owner's pod template unreadable; the ceiling stays at least the current limit");
+                }
+            }
+        }
+        // Templates of owners no pod of this node names any more.
+        let owners: HashSet<&str> = views
+            .iter()
+            .filter_map(|v| v.owner.as_ref().map(|o| o.uid.as_str()))
+            .collect();
+        self.templates.retain(|u, _| owners.contains(u.as_str()));
+        self.template_retry
+            .retain(|u, _| owners.contains(u.as_str()));
+    }
+
     /// One `dryRun=All` resize decides pod-level management for the whole
     /// node: the gate is cluster-wide and the declared feature node-wide, so
     /// the answer does not depend on the pod's shape. An inconclusive answer
@@ -463,7 +541,7 @@ impl Agent {
                 .insert(p.uid.clone(), p.new_total_m)
                 != Some(p.new_total_m)
             {
-                tracing::info!(pod = %view.key(), old = ?p.old_total_m, new = p.new_total_m, why = %p.why, "dry-run: would resize");
+                tracing::info!(pod = %view.key(), old = %fmt_limit(p.old_total_m), new = %fmt_limit(Some(p.new_total_m)), why = %p.why, "dry-run: would resize");
                 self.metrics.resize(ResizeResult::dry_run, dir);
             }
             return;
@@ -492,9 +570,8 @@ impl Agent {
                 }
             }
         }
-        let old = p
-            .old_total_m
-            .map_or("unlimited".to_string(), |m| format!("{m}m"));
+        let old = fmt_limit(p.old_total_m);
+        let new = fmt_limit(Some(p.new_total_m));
         match outcome {
             Outcome::Applied => {
                 let generation = pod
@@ -509,8 +586,8 @@ impl Agent {
                 self.resizes.patched(&p.uid, generation, now);
                 self.inflight_dir.insert(p.uid.clone(), p.direction);
                 self.metrics.resize(ResizeResult::applied, dir);
-                tracing::info!(pod = %view.key(), old = %old, new = p.new_total_m, generation, why = %p.why, "resized");
-                let note = format!("CPU limit {old} → {}m: {}", p.new_total_m, p.why);
+                tracing::info!(pod = %view.key(), %old, %new, generation, why = %p.why, "resized");
+                let note = format!("CPU limit {old} → {new}: {}", p.why);
                 self.events
                     .publish(view, false, REASON_RESIZED, note, now)
                     .await;
@@ -534,7 +611,7 @@ impl Agent {
                     // pod-level pod of this node becomes unmanaged.
                     self.pod_level_supported = Some(false);
                 }
-                tracing::warn!(pod = %view.key(), reason = refusal.as_str(), learned_floor = ?floor_m, %message, "resize refused");
+                tracing::warn!(pod = %view.key(), reason = refusal.as_str(), learned_floor = %floor_m.map_or_else(|| "-".to_string(), |m| format!("{m}m")), %message, "resize refused");
                 let note = format!(
                     "resize to {}m refused ({}): {message}",
                     p.new_total_m,
@@ -780,6 +857,12 @@ pub fn booked_request(v: &PodView) -> Millis {
         .filter_map(|s| s.allocated.and_then(|a| a.cpu_request))
         .sum();
     spec.max(allocated) + v.overhead_cpu.unwrap_or(0)
+}
+
+/// A CPU limit as a Kubernetes quantity in millicores (`300m`), or
+/// `unlimited`.
+fn fmt_limit(m: Option<Millis>) -> String {
+    m.map_or_else(|| "unlimited".to_string(), |m| format!("{m}m"))
 }
 
 fn metrics_dir(d: Direction) -> metrics::Direction {

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::model::{Millis, PodView};
+use crate::model::{DeclaredLimits, Millis, PodView};
 use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
 use crate::slack::NodeSlack;
 
@@ -26,6 +26,7 @@ pub fn observe_round(
     contention_pct: f64,
     opted_in_namespaces: &HashSet<String>,
     learned_floors: &HashMap<String, Millis>,
+    declared: &HashMap<String, DeclaredLimits>,
     pod_level_supported: Option<bool>,
     cfg: &PolicyConfig,
 ) -> Round {
@@ -49,6 +50,7 @@ pub fn observe_round(
                 usage_m,
                 throttled_ratio,
                 extra_floor_m: learned_floors.get(&v.uid).copied(),
+                declared: declared.get(&v.uid),
             }
         })
         .collect();

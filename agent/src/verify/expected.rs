@@ -246,6 +246,8 @@ pub(crate) mod tests {
             statuses,
             resize: ResizeState::default(),
             annotations: BTreeMap::new(),
+            limits_set_by_headroom: false,
+            owner: None,
         }
     }
 
