@@ -2,7 +2,10 @@
 //! is the image the Dockerfile's final stage describes: same user, ports,
 //! entrypoint, command and labels, one layer holding only the static binary
 //! (no shell, no libc). Change either file and this fails until the other
-//! follows.
+//! follows. Checked for the Docker archive the node VMs import (amd64) and for
+//! both images of the OCI image index (linux/amd64, linux/arm64); the arm64
+//! binary from the image runs under qemu-user-static and reads every cgroup
+//! fixture exactly as the amd64 one does.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -171,17 +174,20 @@ fn unpack(archive: &Path, into: &Path) -> (Value, Vec<Layer>) {
     (config, layers)
 }
 
-#[test]
-fn image_built_without_docker_matches_the_dockerfile_final_stage() {
+/// The Dockerfile's final stage.
+fn dockerfile_stage() -> FinalStage {
     let dockerfile = std::fs::read_to_string(repo().join("Dockerfile")).expect("Dockerfile");
     let stage = final_stage(&dockerfile);
     assert_eq!(stage.from, "scratch", "final stage must be FROM scratch");
-    let archive = testkit::node_vm::agent_image().expect("scripts/build-image.sh");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (config, layers) = unpack(&archive, dir.path());
-    let c = &config["config"];
+    stage
+}
 
+/// Checks one image (its config JSON and layers) against the final stage and
+/// returns the bytes of the binary in its layer.
+fn check_image(stage: &FinalStage, config: &Value, layers: &[Layer], gzip: bool) -> Vec<u8> {
+    let c = &config["config"];
     assert_eq!(c["User"].as_str(), stage.user.as_deref(), "USER");
+    assert_eq!(c["User"], "65532:65532", "the non-root user");
     let ports: Vec<String> = c["ExposedPorts"]
         .as_object()
         .map(|m| m.keys().cloned().collect())
@@ -242,21 +248,207 @@ fn image_built_without_docker_matches_the_dockerfile_final_stage() {
         stage.entrypoint.as_ref().and_then(|e| e.first().cloned()),
         "the entrypoint is the copied binary"
     );
-
-    // And it is the static binary scripts/static-build.sh produces.
-    let binary = testkit::node_vm::static_agent_binary().expect("static binary");
     let in_layer = Command::new("tar")
-        .arg("-xOf")
+        .arg(if gzip { "-xzOf" } else { "-xOf" })
         .arg(&layers[0].tarball)
         .arg(dst)
         .output()
         .expect("tar -xO");
     assert!(in_layer.status.success(), "{in_layer:?}");
+    in_layer.stdout
+}
+
+#[test]
+fn image_built_without_docker_matches_the_dockerfile_final_stage() {
+    let stage = dockerfile_stage();
+    let archive = testkit::node_vm::agent_image().expect("scripts/build-image.sh");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (config, layers) = unpack(&archive, dir.path());
+    assert_eq!(config["architecture"], "amd64");
+    let in_layer = check_image(&stage, &config, &layers, false);
+    // And it is the static binary scripts/static-build.sh produces.
+    let binary = testkit::node_vm::static_agent_binary().expect("static binary");
     assert!(
-        in_layer.stdout == std::fs::read(&binary).expect("static binary"),
+        in_layer == std::fs::read(&binary).expect("static binary"),
         "the image's binary is {}",
         binary.display()
     );
+}
+
+/// The OCI layout scripts/build-image.sh writes (built when stale).
+fn oci_layout() -> PathBuf {
+    let archive = testkit::node_vm::agent_image().expect("scripts/build-image.sh");
+    archive.with_file_name("headroom-agent-oci")
+}
+
+fn blob(layout: &Path, digest: &str) -> PathBuf {
+    let hex = digest.strip_prefix("sha256:").expect("sha256 digest");
+    layout.join("blobs/sha256").join(hex)
+}
+
+fn json_blob(layout: &Path, digest: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(blob(layout, digest)).expect("blob")).expect("blob JSON")
+}
+
+/// (architecture, config, layers) of every image in the index tagged with the
+/// crate version.
+fn index_images(layout: &Path) -> Vec<(String, Value, Vec<Layer>)> {
+    let top: Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    let entry = top["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == version)
+        .unwrap_or_else(|| panic!("no {version} in {top}"));
+    assert_eq!(
+        entry["mediaType"],
+        "application/vnd.oci.image.index.v1+json"
+    );
+    let index = json_blob(layout, entry["digest"].as_str().unwrap());
+    index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            assert_eq!(m["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+            let arch = m["platform"]["architecture"].as_str().unwrap().to_string();
+            assert_eq!(m["platform"]["os"], "linux");
+            let manifest = json_blob(layout, m["digest"].as_str().unwrap());
+            let config = json_blob(layout, manifest["config"]["digest"].as_str().unwrap());
+            assert_eq!(config["architecture"], arch.as_str(), "platform = config");
+            let layers = manifest["layers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| {
+                    assert_eq!(
+                        l["mediaType"],
+                        "application/vnd.oci.image.layer.v1.tar+gzip"
+                    );
+                    let tarball = blob(layout, l["digest"].as_str().unwrap());
+                    let listing = run(Command::new("tar")
+                        .arg("--numeric-owner")
+                        .arg("-tzvf")
+                        .arg(&tarball))
+                    .lines()
+                    .map(str::to_string)
+                    .collect();
+                    Layer { tarball, listing }
+                })
+                .collect();
+            (arch, config, layers)
+        })
+        .collect()
+}
+
+fn static_binary(triple: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target"));
+    target.join(triple).join("release/headroom-agent")
+}
+
+#[test]
+fn oci_index_holds_amd64_and_arm64_images_of_the_dockerfile_final_stage() {
+    let stage = dockerfile_stage();
+    let layout = oci_layout();
+    let images = index_images(&layout);
+    let arches: Vec<&str> = images.iter().map(|(a, _, _)| a.as_str()).collect();
+    assert_eq!(arches, ["amd64", "arm64"]);
+    for (arch, config, layers) in &images {
+        let bin = check_image(&stage, config, layers, true);
+        let triple = if arch == "amd64" {
+            "x86_64-unknown-linux-musl"
+        } else {
+            "aarch64-unknown-linux-musl"
+        };
+        let want = std::fs::read(static_binary(triple)).expect("static binary");
+        assert!(bin == want, "{arch}: the image's binary is not {triple}'s");
+        // ELF machine: x86-64 is 62, AArch64 is 183 (e_machine at offset 18).
+        let machine = u16::from_le_bytes([bin[18], bin[19]]);
+        assert_eq!(machine, if arch == "amd64" { 62 } else { 183 }, "{arch}");
+    }
+    // skopeo reads the index back as one multi-arch image.
+    let out = run(Command::new("skopeo")
+        .args(["inspect", "--raw"])
+        .arg(format!(
+            "oci:{}:{}",
+            layout.display(),
+            env!("CARGO_PKG_VERSION")
+        )));
+    let raw: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(raw["manifests"].as_array().map(Vec::len), Some(2), "{raw}");
+}
+
+/// Every fixture's `root/`.
+fn fixture_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = std::fs::read_dir(repo().join("cgroup-fixtures"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("root"))
+        .filter(|p| p.is_dir())
+        .collect();
+    roots.sort();
+    roots
+}
+
+fn slack_json(cmd: &mut Command, root: &Path) -> Value {
+    let out = cmd
+        .args(["slack", "--json", "--interval", "10ms", "--cgroup-root"])
+        .arg(root)
+        .output()
+        .expect("run slack");
+    assert!(
+        out.status.success(),
+        "{cmd:?} on {}: {}",
+        root.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: not JSON: {e}: {}",
+            root.display(),
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    // The measured wall time between the two samples: the only field that
+    // differs between two runs on the same tree.
+    let interval = v["node"]
+        .as_object_mut()
+        .and_then(|n| n.remove("interval_us"));
+    assert!(
+        interval.is_some_and(|i| i.is_u64()),
+        "no node.interval_us: {v}"
+    );
+    v
+}
+
+#[test]
+fn arm64_binary_from_the_image_reads_every_fixture_like_amd64_under_qemu() {
+    let layout = oci_layout();
+    let dir = tempfile::tempdir().unwrap();
+    let mut bins = BTreeMap::new();
+    let stage = dockerfile_stage();
+    for (arch, config, layers) in index_images(&layout) {
+        let path = dir.path().join(format!("headroom-agent-{arch}"));
+        std::fs::write(&path, check_image(&stage, &config, &layers, true)).unwrap();
+        run(Command::new("chmod").arg("0755").arg(&path));
+        bins.insert(arch, path);
+    }
+    let roots = fixture_roots();
+    assert!(roots.len() >= 5, "fixtures: {roots:?}");
+    for root in &roots {
+        let amd64 = slack_json(&mut Command::new(&bins["amd64"]), root);
+        // qemu-user-static (Debian), run directly: no binfmt registration needed.
+        let arm64 = slack_json(
+            Command::new("qemu-aarch64-static").arg(&bins["arm64"]),
+            root,
+        );
+        assert_eq!(arm64, amd64, "{}: arm64 and amd64 disagree", root.display());
+        assert!(amd64.is_object(), "{amd64}");
+    }
 }
 
 #[test]

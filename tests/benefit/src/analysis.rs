@@ -1,0 +1,354 @@
+//! What the orchestrator makes of the in-guest sampler's lines: throttling
+//! and usage from `cpu.stat` deltas, node utilisation from `/proc/stat`,
+//! when the limit was raised or lowered. Pure functions over parsed samples.
+//!
+//! Sampler line (one per ~0.5 s, fields split by `|`):
+//! `EPOCHREALTIME|cpu.max of the service container|container cpu.stat|
+//! service pod cpu.stat|guaranteed pod cpu.stat|batch pod cpu.stat|/proc/stat cpu line`,
+//! each cpu.stat as `key value` pairs joined by `;`.
+
+use std::collections::BTreeMap;
+
+/// The `cpu.stat` counters the benchmark reads (µs and counts).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuStat {
+    pub usage_us: u64,
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_us: u64,
+    pub nr_bursts: u64,
+    pub burst_us: u64,
+}
+
+/// One sampler line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// Wall time, Unix seconds.
+    pub t: f64,
+    /// Container `cpu.max` quota in µs per period (`None` = `max`).
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    pub container: CpuStat,
+    pub pod: CpuStat,
+    pub guaranteed: CpuStat,
+    pub batch: CpuStat,
+    /// `/proc/stat` busy and total jiffies.
+    pub node_busy: u64,
+    pub node_total: u64,
+}
+
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum SampleError {
+    #[error("sampler line has {0} fields, want 7")]
+    Fields(usize),
+    #[error("bad {0} in sampler line: {1:?}")]
+    Field(&'static str, String),
+}
+
+pub fn parse_cpu_stat(s: &str) -> CpuStat {
+    let kv: BTreeMap<&str, u64> = s
+        .split(';')
+        .filter_map(|p| {
+            let (k, v) = p.trim().split_once(' ')?;
+            Some((k, v.trim().parse().ok()?))
+        })
+        .collect();
+    let g = |k: &str| kv.get(k).copied().unwrap_or(0);
+    CpuStat {
+        usage_us: g("usage_usec"),
+        nr_periods: g("nr_periods"),
+        nr_throttled: g("nr_throttled"),
+        throttled_us: g("throttled_usec"),
+        nr_bursts: g("nr_bursts"),
+        burst_us: g("burst_usec"),
+    }
+}
+
+/// `cpu  user nice system idle iowait irq softirq steal ...` → (busy, total).
+fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
+    let mut it = s.split_whitespace();
+    if it.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = it.take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    if v.len() < 5 {
+        return None;
+    }
+    let total: u64 = v.iter().sum();
+    let idle = v[3] + v[4];
+    Some((total - idle, total))
+}
+
+pub fn parse_sample(line: &str) -> Result<Sample, SampleError> {
+    let f: Vec<&str> = line.trim_end().split('|').collect();
+    if f.len() != 7 {
+        return Err(SampleError::Fields(f.len()));
+    }
+    let bad = |what, v: &str| SampleError::Field(what, v.to_string());
+    let t: f64 = f[0].trim().parse().map_err(|_| bad("time", f[0]))?;
+    let (q, p) = f[1]
+        .trim()
+        .split_once(' ')
+        .ok_or_else(|| bad("cpu.max", f[1]))?;
+    let quota_us = match q {
+        "max" => None,
+        q => Some(q.parse().map_err(|_| bad("cpu.max", f[1]))?),
+    };
+    let period_us = p.parse().map_err(|_| bad("cpu.max", f[1]))?;
+    let (node_busy, node_total) = parse_proc_stat(f[6]).ok_or_else(|| bad("/proc/stat", f[6]))?;
+    Ok(Sample {
+        t,
+        quota_us,
+        period_us,
+        container: parse_cpu_stat(f[2]),
+        pod: parse_cpu_stat(f[3]),
+        guaranteed: parse_cpu_stat(f[4]),
+        batch: parse_cpu_stat(f[5]),
+        node_busy,
+        node_total,
+    })
+}
+
+/// Parses every line; bad lines are counted, not fatal (a sample cut by the
+/// sampler's stop).
+pub fn parse_samples(text: &str) -> (Vec<Sample>, usize) {
+    let mut bad = 0;
+    let mut out = Vec::new();
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        match parse_sample(l) {
+            Ok(s) => out.push(s),
+            Err(_) => bad += 1,
+        }
+    }
+    (out, bad)
+}
+
+/// Limit in millicores of a sample (`None` for `max`).
+pub fn limit_m(s: &Sample) -> Option<u64> {
+    s.quota_us.map(|q| q * 1000 / s.period_us.max(1))
+}
+
+/// Throttling and usage over a window of samples.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Window {
+    pub seconds: f64,
+    pub periods: u64,
+    pub throttled_periods: u64,
+    /// Throttled periods / periods (0 when no period ran).
+    pub throttled_ratio: f64,
+    pub throttled_s: f64,
+    pub pod_throttled_ratio: f64,
+    pub pod_throttled_s: f64,
+    pub usage_m: f64,
+    pub node_util: f64,
+    /// Times the container's `cpu.max` changed between samples.
+    pub limit_changes: usize,
+    pub bursts: u64,
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// The window `[from, to]` (Unix s) of `samples`: first and last sample in it.
+pub fn window(samples: &[Sample], from: f64, to: f64) -> Option<Window> {
+    let inside: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.t >= from && s.t <= to)
+        .collect();
+    let (a, b) = (*inside.first()?, *inside.last()?);
+    let d = |f: fn(&CpuStat) -> u64, x: fn(&Sample) -> CpuStat| f(&x(b)).saturating_sub(f(&x(a)));
+    let c = |s: &Sample| s.container;
+    let p = |s: &Sample| s.pod;
+    let secs = b.t - a.t;
+    Some(Window {
+        seconds: secs,
+        periods: d(|s| s.nr_periods, c),
+        throttled_periods: d(|s| s.nr_throttled, c),
+        throttled_ratio: ratio(d(|s| s.nr_throttled, c), d(|s| s.nr_periods, c)),
+        throttled_s: d(|s| s.throttled_us, c) as f64 / 1e6,
+        pod_throttled_ratio: ratio(d(|s| s.nr_throttled, p), d(|s| s.nr_periods, p)),
+        pod_throttled_s: d(|s| s.throttled_us, p) as f64 / 1e6,
+        usage_m: if secs > 0.0 {
+            d(|s| s.usage_us, c) as f64 / 1e3 / secs
+        } else {
+            0.0
+        },
+        node_util: ratio(
+            b.node_busy.saturating_sub(a.node_busy),
+            b.node_total.saturating_sub(a.node_total),
+        ),
+        limit_changes: inside
+            .windows(2)
+            .filter(|w| w[0].quota_us != w[1].quota_us)
+            .count(),
+        bursts: d(|s| s.nr_bursts, c),
+    })
+}
+
+/// Seconds from `from` to the first sample in `[from, to]` whose limit is
+/// above `base_m` (0 if it already is at `from`); `None` if it never is.
+pub fn first_raise_after(samples: &[Sample], from: f64, to: f64, base_m: u64) -> Option<f64> {
+    samples
+        .iter()
+        .filter(|s| s.t >= from && s.t <= to)
+        .find(|s| limit_m(s).is_none_or(|m| m > base_m))
+        .map(|s| (s.t - from).max(0.0))
+}
+
+/// Seconds from `from` to the first sample in `[from, to]` whose limit is
+/// below the limit at `from`; `None` if it is never lowered.
+pub fn first_lowering_after(samples: &[Sample], from: f64, to: f64) -> Option<f64> {
+    let mut inside = samples.iter().filter(|s| s.t >= from && s.t <= to);
+    let start = limit_m(inside.next()?).unwrap_or(u64::MAX);
+    inside
+        .find(|s| limit_m(s).unwrap_or(u64::MAX) < start)
+        .map(|s| s.t - from)
+}
+
+/// One row per interval between samples: time (s from `t0`), limit, usage
+/// (millicores) of the service and the neighbours, throttled share of the
+/// interval's periods, node utilisation.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TimelineRow {
+    pub t: f64,
+    pub limit_m: Option<u64>,
+    pub usage_m: f64,
+    pub throttled_pct: f64,
+    pub guaranteed_m: f64,
+    pub batch_m: f64,
+    pub node_util: f64,
+}
+
+pub fn timeline(samples: &[Sample], t0: f64) -> Vec<TimelineRow> {
+    samples
+        .windows(2)
+        .filter(|w| w[1].t > w[0].t)
+        .map(|w| {
+            let (a, b) = (&w[0], &w[1]);
+            let dt = b.t - a.t;
+            let m = |x: u64, y: u64| y.saturating_sub(x) as f64 / 1e3 / dt;
+            TimelineRow {
+                t: b.t - t0,
+                limit_m: limit_m(b),
+                usage_m: m(a.container.usage_us, b.container.usage_us),
+                throttled_pct: 100.0
+                    * ratio(
+                        b.container
+                            .nr_throttled
+                            .saturating_sub(a.container.nr_throttled),
+                        b.container
+                            .nr_periods
+                            .saturating_sub(a.container.nr_periods),
+                    ),
+                guaranteed_m: m(a.guaranteed.usage_us, b.guaranteed.usage_us),
+                batch_m: m(a.batch.usage_us, b.batch.usage_us),
+                node_util: ratio(
+                    b.node_busy.saturating_sub(a.node_busy),
+                    b.node_total.saturating_sub(a.node_total),
+                ),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(usage: u64, periods: u64, throttled: u64, t_us: u64) -> String {
+        format!(
+            "usage_usec {usage};user_usec 1;system_usec 1;nr_periods {periods};nr_throttled {throttled};throttled_usec {t_us};nr_bursts 0;burst_usec 0"
+        )
+    }
+
+    fn line(t: f64, quota: &str, usage: u64, periods: u64, throttled: u64, busy: u64) -> String {
+        let c = stat(usage, periods, throttled, throttled * 1000);
+        format!(
+            "{t}|{quota} 100000|{c}|{c}|{}|{}|cpu  {busy} 0 0 {} 0 0 0 0 0 0",
+            stat(usage / 2, 0, 0, 0),
+            stat(0, 0, 0, 0),
+            busy
+        )
+    }
+
+    #[test]
+    fn parses_a_sampler_line_and_refuses_a_cut_one() {
+        let s = parse_sample(&line(100.5, "30000", 5000, 10, 4, 400)).unwrap();
+        assert_eq!(s.t, 100.5);
+        assert_eq!(limit_m(&s), Some(300));
+        assert_eq!(s.container.nr_throttled, 4);
+        assert_eq!(s.container.throttled_us, 4000);
+        assert_eq!(s.guaranteed.usage_us, 2500);
+        assert_eq!((s.node_busy, s.node_total), (400, 800));
+        let max = parse_sample(&line(1.0, "max", 0, 0, 0, 0)).unwrap();
+        assert_eq!(limit_m(&max), None);
+        assert_eq!(
+            parse_sample("1.0|30000 100000|x"),
+            Err(SampleError::Fields(3))
+        );
+        assert!(matches!(
+            parse_sample(&line(1.0, "lots", 0, 0, 0, 0)),
+            Err(SampleError::Field("cpu.max", _))
+        ));
+        let (ok, bad) = parse_samples(&format!("{}\n\n1.0|cut\n", line(1.0, "30000", 0, 0, 0, 0)));
+        assert_eq!((ok.len(), bad), (1, 1));
+    }
+
+    fn run() -> Vec<Sample> {
+        // 10 s at 300m throttled half the periods, raised to 600m at t=4.
+        (0..=10)
+            .map(|i| {
+                let quota = if i < 4 { "30000" } else { "60000" };
+                let throttled = if i < 4 { 5 * i } else { 20 };
+                parse_sample(&line(
+                    i as f64,
+                    quota,
+                    300_000 * i,
+                    10 * i,
+                    throttled,
+                    50 * i,
+                ))
+                .unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_window_gives_throttled_ratio_time_usage_and_changes() {
+        let w = window(&run(), 0.0, 10.0).unwrap();
+        assert_eq!((w.periods, w.throttled_periods), (100, 20));
+        assert!((w.throttled_ratio - 0.2).abs() < 1e-9);
+        assert!((w.throttled_s - 0.02).abs() < 1e-9);
+        assert!((w.usage_m - 300.0).abs() < 1e-9);
+        assert_eq!(w.limit_changes, 1);
+        assert!(window(&run(), 20.0, 30.0).is_none());
+        let w = window(&run(), 5.0, 10.0).unwrap();
+        assert_eq!(w.throttled_periods, 0);
+    }
+
+    #[test]
+    fn raise_and_lowering_times() {
+        let s = run();
+        assert_eq!(first_raise_after(&s, 1.0, 10.0, 300), Some(3.0));
+        assert_eq!(first_raise_after(&s, 5.0, 10.0, 300), Some(0.0));
+        assert_eq!(first_raise_after(&s, 0.0, 3.0, 300), None);
+        assert_eq!(first_lowering_after(&s, 0.0, 10.0), None);
+        let mut down = s.clone();
+        down[8].quota_us = Some(40_000);
+        assert_eq!(first_lowering_after(&down, 5.0, 10.0), Some(3.0));
+    }
+
+    #[test]
+    fn timeline_rows_per_interval() {
+        let t = timeline(&run(), 0.0);
+        assert_eq!(t.len(), 10);
+        assert_eq!(t[0].limit_m, Some(300));
+        assert!((t[0].usage_m - 300.0).abs() < 1e-9);
+        assert!((t[0].throttled_pct - 50.0).abs() < 1e-9);
+        assert!((t[0].guaranteed_m - 150.0).abs() < 1e-9);
+        assert_eq!(t[4].limit_m, Some(600));
+        assert_eq!(t[5].throttled_pct, 0.0);
+        assert!((t[0].node_util - 0.5).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,16 @@
+//! The workload of the benefit benchmark (README "Does it help?"): a
+//! latency-sensitive HTTP service whose requests each burn a fixed amount of
+//! CPU *time*, and an open-loop load generator that follows a bursty
+//! schedule and records coordinated-omission-corrected latency histograms.
+//!
+//! Pure logic lives here (schedule, recording, HTTP framing) so it is unit
+//! tested; the binaries are thin I/O shells around it.
+
+pub mod analysis;
+pub mod args;
+pub mod burn;
+pub mod http;
+pub mod load;
+pub mod record;
+pub mod schedule;
+pub mod serve;
