@@ -394,8 +394,7 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
             create(&api, (s.spec)(&format!("sim-{}-{i}", s.name), &sim_name)).await;
         }
         for s in shapes() {
-            let real =
-                wait_running(&api, &format!("{}-{i}", s.name), POD_START).await;
+            let real = wait_running(&api, &format!("{}-{i}", s.name), POD_START).await;
             let sim_pod = wait_running(
                 &api,
                 &format!("sim-{}-{i}", s.name),
