@@ -39,6 +39,13 @@ fn rows() -> Vec<Row> {
         .collect()
 }
 
+/// The default config with `key` set to the string `v`, validated.
+fn accepts_word(key: &str, v: &str) -> bool {
+    let mut cfg = serde_json::to_value(PolicyConfig::default()).unwrap();
+    cfg[key] = json!(v);
+    serde_json::from_value::<PolicyConfig>(cfg).is_ok_and(|c| c.validate().is_ok())
+}
+
 /// The default config with `key` set to `v`, validated.
 fn accepts(key: &str, v: f64) -> bool {
     let mut cfg = serde_json::to_value(PolicyConfig::default()).unwrap();
@@ -69,6 +76,10 @@ fn the_table_lists_every_key_with_its_default() {
     let table: BTreeSet<&str> = rows.iter().map(|r| r.key.as_str()).collect();
     assert_eq!(table, code);
     for r in &rows {
+        if let Some(word) = map[&r.key].as_str() {
+            assert_eq!(r.default, word, "default of {}", r.key);
+            continue;
+        }
         let d: f64 = r.default.parse().unwrap();
         assert_eq!(map[&r.key].as_f64(), Some(d), "default of {}", r.key);
     }
@@ -77,6 +88,14 @@ fn the_table_lists_every_key_with_its_default() {
 #[test]
 fn the_table_gives_each_keys_range() {
     for r in rows() {
+        if r.key == "floor" {
+            // A word, not a number: each listed word parses, nothing else does.
+            for word in r.range.split(", ") {
+                assert!(accepts_word(&r.key, word), "{} = {word}", r.key);
+            }
+            assert!(!accepts_word(&r.key, "limit"));
+            continue;
+        }
         let Some((lo, hi)) = r.range.split_once('–') else {
             // pressure_full_pct: relative to pressure_start_pct.
             assert_eq!(r.key, "pressure_full_pct");

@@ -21,13 +21,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CONFIGS = ["a-static", "b-nolimit", "c-headroom", "d-burst", "e-dryrun"]
+CONFIGS = ["a-static", "b-nolimit", "c-headroom", "d-burst", "e-dryrun", "f-declared"]
 LABELS = {
     "a-static": "(a) static 300m",
     "b-nolimit": "(b) no limit",
     "c-headroom": "(c) Headroom",
     "d-burst": "(d) cpu.max.burst",
     "e-dryrun": "(e) Headroom --dry-run",
+    "f-declared": "(f) Headroom --floor declared",
 }
 
 
@@ -116,7 +117,7 @@ def timeline(d, run_id):
 def timeline_chart(d, meta):
     burn_ms = meta.get("burn_us", 10000) / 1000.0
     cpus = meta.get("node", {}).get("cpus", 2)
-    shown = [c for c in ["a-static", "c-headroom", "d-burst"] if timeline(d, f"{c}-r0")]
+    shown = [c for c in ["a-static", "c-headroom", "d-burst", "f-declared"] if timeline(d, f"{c}-r0")]
     if not shown:
         return
     fig, axes = plt.subplots(len(shown), 1, figsize=(10, 3.2 * len(shown)), sharex=True)

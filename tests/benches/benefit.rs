@@ -2,7 +2,7 @@
 //! kubelet, containerd, runc, CFS), a CPU-burning HTTP service with a tight
 //! limit under a bursty open-loop load, an unmanaged neighbour that needs
 //! CPU in the second burst and a Guaranteed neighbour with steady load, run
-//! under five configurations in a randomised order, several repetitions:
+//! under six configurations in a randomised order, several repetitions:
 //!
 //! - `a-static`: the tight limit (request 200m, limit 300m) as declared;
 //! - `b-nolimit`: the limit resized to the node's CPUs (CFS can never give
@@ -10,7 +10,9 @@
 //! - `c-headroom`: the agent (default policy) manages the tight limit;
 //! - `d-burst`: the tight limit plus the kernel's `cpu.max.burst` written on
 //!   the container's and the pod's cgroup, as koordlet does;
-//! - `e-dryrun`: the agent with `--dry-run` (its own overhead, no patch).
+//! - `e-dryrun`: the agent with `--dry-run` (its own overhead, no patch);
+//! - `f-declared`: the agent with `--floor declared` (never lowers the
+//!   service below its declared 300m).
 //!
 //! Run by `scripts/benefit` (which builds the static service and load
 //! generator and draws the charts). Environment:
@@ -48,15 +50,17 @@ enum Config {
     Headroom,
     Burst,
     DryRun,
+    Declared,
 }
 
 impl Config {
-    const ALL: [Config; 5] = [
+    const ALL: [Config; 6] = [
         Config::Static,
         Config::NoLimit,
         Config::Headroom,
         Config::Burst,
         Config::DryRun,
+        Config::Declared,
     ];
     fn name(self) -> &'static str {
         match self {
@@ -65,12 +69,14 @@ impl Config {
             Config::Headroom => "c-headroom",
             Config::Burst => "d-burst",
             Config::DryRun => "e-dryrun",
+            Config::Declared => "f-declared",
         }
     }
     fn agent_args(self) -> Option<Vec<String>> {
         match self {
             Config::Headroom => Some(vec![]),
             Config::DryRun => Some(vec!["--dry-run".into()]),
+            Config::Declared => Some(vec!["--floor".into(), "declared".into()]),
             _ => None,
         }
     }

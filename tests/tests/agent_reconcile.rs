@@ -66,8 +66,7 @@ impl Cluster {
                 .expect("node admissible");
             let agent = match extra {
                 Some(extra) => {
-                    let mut args = fast_args();
-                    args.extend(extra.iter().cloned());
+                    let args = with_overrides(fast_args(), extra);
                     Some(
                         AgentProcess::start(cp.kubeconfig_path(), &name, &root, dir.path(), &args)
                             .await
@@ -151,6 +150,20 @@ impl Cluster {
         })
         .await;
     }
+}
+
+/// `base` flag/value pairs with `extra`'s: a flag already in `base` takes
+/// the new value (clap refuses a flag given twice), others are appended.
+fn with_overrides(mut base: Vec<String>, extra: &[String]) -> Vec<String> {
+    let mut it = extra.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next();
+        match (base.iter().position(|b| b == flag), value) {
+            (Some(at), Some(v)) if flag.starts_with("--") => base[at + 1] = v.clone(),
+            _ => base.extend(std::iter::once(flag).chain(value).cloned()),
+        }
+    }
+    base
 }
 
 async fn opt_in(client: &Client, ns: &str) {
@@ -327,6 +340,49 @@ async fn a_full_node_brings_limits_back_to_requests() {
         cpu_limit(&c.get("filler").await, "app"),
         None,
         "opted-out pod keeps no limit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_with_floor_declared_brings_limits_back_to_their_declared_limits() {
+    // A long raise cooldown: the lowering's floor is under test, not how a
+    // single idle-looking tick of the simulator raises the pod again.
+    let args: Vec<String> = ["--floor", "declared", "--raise-cooldown", "60s"]
+        .map(String::from)
+        .into();
+    let c = Cluster::start(ControlPlane::shared(), "fulldecl", &[Some(args)]).await;
+    let node = c.nodes[0].name.clone();
+    c.create(burstable("m", &node, "200m", Some("250m"))).await;
+    c.wait_for("m", "raised to 800m", |p| {
+        cpu_limit_m(p, "app") == Some(800)
+    })
+    .await;
+    let mut filler = burstable("filler", &node, "100m", None);
+    filler["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    c.create(filler).await;
+    c.wait_running("filler").await;
+    c.nodes[0].sim.set_demand(&c.ns, "filler", 4000);
+    // With the default floor the same node lowers it to 200m (the test above);
+    // here it stops at the 250m the pod declares, and stays there.
+    c.wait_for("m", "lowered to the declared 250m", |p| {
+        cpu_limit_m(p, "app") == Some(250)
+    })
+    .await;
+    let before = generation(&c.get("m").await);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let p = c.get("m").await;
+    assert_eq!(
+        cpu_limit_m(&p, "app"),
+        Some(250),
+        "{}\n{}",
+        summary(&p),
+        c.agent(0).log_tail(40)
+    );
+    assert_eq!(
+        generation(&p),
+        before,
+        "patched again after reaching its floor:\n{}",
+        c.agent(0).log_tail(40)
     );
 }
 

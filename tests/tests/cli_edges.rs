@@ -114,6 +114,10 @@ fn run_refuses_a_busy_tick_and_zero_allocatable() {
             ["--ceiling-factor", "1e308"],
             "ceiling_factor = 1e308 is out of range",
         ),
+        (
+            ["--floor", "limit"],
+            "\"limit\": expected request or declared",
+        ),
     ] {
         let mut args = run_args(cp, "node-a");
         args.extend(extra.iter().map(|s| s.to_string()));

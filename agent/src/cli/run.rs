@@ -11,7 +11,7 @@ use anyhow::Context;
 use headroom::cgroup;
 use headroom::kube::watch;
 use headroom::metrics::{self, Metrics, Readiness};
-use headroom::policy::PolicyConfig;
+use headroom::policy::{FloorMode, PolicyConfig};
 use headroom::reconcile::{Agent, Settings};
 use headroom::verify::{CgroupWatch, WatchEvent, dirs_to_watch};
 
@@ -72,6 +72,10 @@ pub struct Args {
     /// to 100 [default: 40].
     #[arg(long)]
     pub pressure_full: Option<f64>,
+    /// Lowest limit set as the node fills: `request`, or `declared` (never below
+    /// the limit the workload declares) [default: request].
+    #[arg(long, value_parser = parse_floor)]
+    pub floor: Option<FloorMode>,
     /// /readyz answers 503 after this many ticks in a row fail to read the
     /// cgroup tree (unusable kubepods files, a scan that hangs).
     #[arg(long, default_value_t = metrics::DEFAULT_UNREADY_AFTER, value_parser = clap::value_parser!(u32).range(1..))]
@@ -80,6 +84,10 @@ pub struct Args {
 
 /// The policy config file (TOML, or JSON when it ends in `.json`), or the
 /// defaults without one. Shared by `run` and `explain`.
+fn parse_floor(s: &str) -> Result<FloorMode, String> {
+    s.parse()
+}
+
 pub fn load_policy_file(path: Option<&PathBuf>) -> anyhow::Result<PolicyConfig> {
     let Some(p) = path else {
         return Ok(PolicyConfig::default());
@@ -113,6 +121,9 @@ pub fn policy_config(a: &Args) -> anyhow::Result<PolicyConfig> {
     }
     if let Some(v) = a.pressure_full {
         cfg.pressure_full_pct = v;
+    }
+    if let Some(v) = a.floor {
+        cfg.floor = v;
     }
     cfg.validate()?;
     Ok(cfg)

@@ -45,6 +45,24 @@ pub struct PolicyConfig {
     /// Token bucket size: patches that may go out at once. Range 1–1000,
     /// default `10`.
     pub patch_burst: u32,
+    /// The lowest limit Headroom sets: `request` (default; as the node fills,
+    /// limits fall back to the requests) or `declared` (never below the limit
+    /// the workload declares: Headroom only lends idle CPU above it).
+    pub floor: FloorMode,
+}
+
+/// What a managed limit falls back to as the node fills.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FloorMode {
+    /// The managed containers' requests (the pod-level request): a pod gives
+    /// back everything above what it booked.
+    #[default]
+    Request,
+    /// The limit the workload declares, where it declares one (pods adopted
+    /// without a limit fall back to their requests): under contention a pod
+    /// is never worse off than without Headroom, nor are its neighbours.
+    Declared,
 }
 
 impl Default for PolicyConfig {
@@ -62,6 +80,18 @@ impl Default for PolicyConfig {
             pressure_full_pct: 40.0,
             patch_rate_per_s: 5.0,
             patch_burst: 10,
+            floor: FloorMode::Request,
+        }
+    }
+}
+
+impl std::str::FromStr for FloorMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "request" => Ok(FloorMode::Request),
+            "declared" => Ok(FloorMode::Declared),
+            _ => Err(format!("{s:?}: expected request or declared")),
         }
     }
 }
@@ -337,6 +367,7 @@ mod tests {
             pressure_full_pct: 100.0,
             patch_rate_per_s: 0.01,
             patch_burst: 1000,
+            floor: FloorMode::Declared,
         };
         assert_eq!(edges.validate(), Ok(()));
     }

@@ -17,6 +17,8 @@ pub struct Floor {
     pub container_limit_bound: bool,
     /// The caller's learned floor (from a refusal) lifted the floor.
     pub learned: bool,
+    /// `floor = "declared"`: the limit the workload declares lifted the floor.
+    pub declared_bound: bool,
 }
 
 /// Floor of the managed limit.
@@ -38,6 +40,7 @@ pub fn floor(
         qos_guard: false,
         container_limit_bound: false,
         learned: false,
+        declared_bound: false,
     };
     match shape {
         ManagedShape::Containers(managed) => {
@@ -72,6 +75,19 @@ pub fn floor(
     if let Some(extra) = extra_floor_m.filter(|e| *e > f.floor_m) {
         f.floor_m = extra;
         f.learned = true;
+    }
+    f
+}
+
+/// `floor = "declared"`: the floor is at least the limit the workload
+/// declares (`declared_m`, only a known declaration — never the current limit
+/// standing in for an unknown one, or a raised pod could never come down).
+/// The request-based floor still wins where it is higher (QoS guard, learned
+/// floors).
+pub fn lift_to_declared(mut f: Floor, declared_m: Option<Millis>) -> Floor {
+    if let Some(d) = declared_m.filter(|d| *d > f.floor_m) {
+        f.floor_m = d;
+        f.declared_bound = true;
     }
     f
 }

@@ -40,7 +40,7 @@ use serde::Serialize;
 use crate::model::{DeclaredLimits, Millis, PodView};
 
 pub use bucket::TokenBucket;
-pub use config::{ConfigError, PolicyConfig};
+pub use config::{ConfigError, FloorMode, PolicyConfig};
 pub use eligibility::{EligibilityCtx, ManagedContainer, ManagedShape, Unmanaged, eligibility};
 pub use floors::Floor;
 pub use hysteresis::{
@@ -174,12 +174,23 @@ pub fn declared_limit(
     shape: &ManagedShape,
     known: Option<&DeclaredLimits>,
 ) -> Option<Millis> {
+    if pod.limits_set_by_headroom && known.is_none() {
+        return shape.current_limit_m();
+    }
+    known_declared_limit(pod, shape, known)
+}
+
+/// The managed limit the workload declares where it is known: the pod's own
+/// while they are not Headroom's, else what the caller knows; `None` when
+/// neither says (no stand-in).
+pub fn known_declared_limit(
+    pod: &PodView,
+    shape: &ManagedShape,
+    known: Option<&DeclaredLimits>,
+) -> Option<Millis> {
     let own;
     let declared = if pod.limits_set_by_headroom {
-        match known {
-            Some(k) => k,
-            None => return shape.current_limit_m(),
-        }
+        known?
     } else {
         own = DeclaredLimits::of(pod);
         &own
@@ -236,7 +247,11 @@ pub fn decide(
             Err(why) => d.reason = Some(why),
             Ok(shape) => {
                 let request = shape.request_m();
-                let floor = floors::floor(pod, &shape, q, p.extra_floor_m);
+                let mut floor = floors::floor(pod, &shape, q, p.extra_floor_m);
+                if cfg.floor == FloorMode::Declared {
+                    let known = known_declared_limit(pod, &shape, p.declared);
+                    floor = floors::lift_to_declared(floor, known);
+                }
                 let declared_m = declared_limit(pod, &shape, p.declared);
                 let ceiling_m = floors::ceiling(
                     pod,

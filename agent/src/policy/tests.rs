@@ -525,6 +525,80 @@ fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
     assert!(out.patches.is_empty(), "{:?}", out.patches);
 }
 
+fn full_pressure_target(
+    p: &PodView,
+    known: Option<&crate::model::DeclaredLimits>,
+    floor: FloorMode,
+) -> (Option<Millis>, Floor) {
+    let cfg = PolicyConfig {
+        floor,
+        ..PolicyConfig::default()
+    };
+    let inputs = [PodInput {
+        declared: known,
+        ..input(p, 150)
+    }];
+    // Contention at pressure_full_pct: the slack is damped to zero.
+    let (_, ds) = decide(&node(2000, 1900, 40.0), &inputs, &cfg);
+    (ds[0].target_m, ds[0].floor.expect("managed"))
+}
+
+#[test]
+fn floor_request_lowers_a_declared_limit_to_the_request_under_full_pressure() {
+    let p = simple("d", 200, Some(300));
+    let (target, f) = full_pressure_target(&p, None, FloorMode::Request);
+    assert_eq!(target, Some(200));
+    assert!(!f.declared_bound);
+}
+
+#[test]
+fn floor_declared_keeps_the_declared_limit_under_full_pressure() {
+    let p = simple("d", 200, Some(300));
+    let (target, f) = full_pressure_target(&p, None, FloorMode::Declared);
+    assert_eq!(target, Some(300));
+    assert_eq!(f.floor_m, 300);
+    assert!(f.declared_bound);
+    // Raised by Headroom to 800m, the declaration known (memory or template):
+    // it comes back down to 300m, not to the request and not to 800m.
+    let known = crate::model::DeclaredLimits::of(&p);
+    let mut raised = p.clone();
+    raised.limits_set_by_headroom = true;
+    raised.containers[0].resources.cpu_limit = Some(800);
+    let (target, _) = full_pressure_target(&raised, Some(&known), FloorMode::Declared);
+    assert_eq!(target, Some(300));
+}
+
+#[test]
+fn floor_declared_never_takes_the_current_limit_for_an_unknown_declaration() {
+    // Raised by Headroom, nothing known of the declaration (no owner, agent
+    // restarted): the current 800m must not become a floor it can never leave.
+    let mut raised = simple("d", 200, Some(800));
+    raised.limits_set_by_headroom = true;
+    let (target, f) = full_pressure_target(&raised, None, FloorMode::Declared);
+    assert_eq!(target, Some(200));
+    assert!(!f.declared_bound);
+}
+
+#[test]
+fn floor_declared_falls_back_to_the_request_for_an_adopted_pod_without_a_limit() {
+    let mut p = simple("adopted", 200, None);
+    p.annotations.insert(ANN_ADOPT.into(), "true".into());
+    let (target, f) = full_pressure_target(&p, None, FloorMode::Declared);
+    assert_eq!(f.floor_m, 200);
+    assert_eq!(target, Some(200));
+}
+
+#[test]
+fn floor_mode_parses_from_the_config_file_and_refuses_other_words() {
+    let c: PolicyConfig = toml::from_str("floor = \"declared\"").unwrap();
+    assert_eq!(c.floor, FloorMode::Declared);
+    let c: PolicyConfig = serde_json::from_str(r#"{"floor": "request"}"#).unwrap();
+    assert_eq!(c.floor, FloorMode::Request);
+    assert!(serde_json::from_str::<PolicyConfig>(r#"{"floor": "limit"}"#).is_err());
+    assert_eq!("declared".parse::<FloorMode>(), Ok(FloorMode::Declared));
+    assert!("Declared".parse::<FloorMode>().is_err());
+}
+
 // -------------------------------------------------------------------- decide
 
 fn node(capacity_m: Millis, usage_m: Millis, psi: f64) -> NodeInputs<'static> {
@@ -1210,10 +1284,17 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
             PATCH_RATE_PER_S.0..=PATCH_RATE_PER_S.1,
             PATCH_BURST.0..=PATCH_BURST.1,
             RAISE_COOLDOWN_S.0..=RAISE_COOLDOWN_S.1,
+            any::<bool>(),
         ),
     )
         .prop_map(
-            |((reserve, factor, q), (rp, rm), (lp, lm), (ps, span), (rate, burst, cool))| {
+            |(
+                (reserve, factor, q),
+                (rp, rm),
+                (lp, lm),
+                (ps, span),
+                (rate, burst, cool, declared),
+            )| {
                 PolicyConfig {
                     reserve_m: reserve,
                     ceiling_factor: factor,
@@ -1227,6 +1308,11 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
                     pressure_full_pct: (ps + span).min(100.0).max(ps + 1.0),
                     patch_rate_per_s: rate,
                     patch_burst: burst,
+                    floor: if declared {
+                        FloorMode::Declared
+                    } else {
+                        FloorMode::Request
+                    },
                 }
             },
         )
