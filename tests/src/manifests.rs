@@ -32,7 +32,7 @@ pub fn load_kustomization(dir: &Path) -> anyhow::Result<Vec<Value>> {
     for key in fields.keys() {
         anyhow::ensure!(
             ["apiVersion", "kind", "resources"].contains(&key.as_str()),
-            "{}: field {key:?} is not supported by this loader",
+            "{}: field {key:?} is not supported by this loader (keep plain resources lists)",
             path.display()
         );
     }

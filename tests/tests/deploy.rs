@@ -27,6 +27,7 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testkit::control_plane::{ControlPlane, api_message, resize};
+use testkit::manifests::kind_name;
 
 const AGENT_NS: &str = "headroom-system";
 const AGENT_SA: &str = "headroom-agent";
@@ -43,48 +44,10 @@ fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
 }
 
-/// The objects of a kustomization directory, in the order kustomize lists them.
+/// The objects of a kustomization directory (testkit's loader: plain
+/// `resources:` lists only, any other kustomize field refused).
 fn load(dir: &Path) -> anyhow::Result<Vec<Value>> {
-    let path = dir.join("kustomization.yaml");
-    let text = std::fs::read_to_string(&path)?;
-    let k: Value = serde_saphyr::from_str(&text)?;
-    let fields = k
-        .as_object()
-        .ok_or_else(|| anyhow::anyhow!("{}: not a mapping", path.display()))?;
-    for key in fields.keys() {
-        anyhow::ensure!(
-            ["apiVersion", "kind", "resources"].contains(&key.as_str()),
-            "{}: field {key:?} is not supported by this loader (keep plain resources lists)",
-            path.display()
-        );
-    }
-    let mut out = Vec::new();
-    for r in fields
-        .get("resources")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let r = r
-            .as_str()
-            .ok_or_else(|| anyhow::anyhow!("{}: resource not a string", path.display()))?;
-        let p = dir.join(r);
-        if p.is_dir() {
-            out.extend(load(&p)?);
-        } else {
-            let docs: Vec<Value> = serde_saphyr::from_multiple(&std::fs::read_to_string(&p)?)?;
-            out.extend(docs.into_iter().filter(|d| !d.is_null()));
-        }
-    }
-    Ok(out)
-}
-
-fn kind_name(o: &Value) -> String {
-    format!(
-        "{}/{}",
-        o["kind"].as_str().unwrap_or("?"),
-        o["metadata"]["name"].as_str().unwrap_or("?")
-    )
+    testkit::manifests::load_kustomization(dir)
 }
 
 /// Server-side apply of one manifest, resolved through discovery.
