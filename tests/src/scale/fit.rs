@@ -31,7 +31,10 @@ impl Line {
 
 /// Least-squares line through `points` (x, y).
 pub fn line(points: &[(f64, f64)]) -> Result<Line, FitError> {
-    if let Some(&(x, y)) = points.iter().find(|(x, y)| !x.is_finite() || !y.is_finite()) {
+    if let Some(&(x, y)) = points
+        .iter()
+        .find(|(x, y)| !x.is_finite() || !y.is_finite())
+    {
         return Err(FitError::NotFinite(x, y));
     }
     let n = points.len() as f64;

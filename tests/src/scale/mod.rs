@@ -48,7 +48,9 @@ pub fn quantile(v: &[f64], q: f64) -> Option<f64> {
 /// padded to the widest of their column; a short row is padded with empty
 /// cells).
 pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let cols = header.len().max(rows.iter().map(Vec::len).max().unwrap_or(0));
+    let cols = header
+        .len()
+        .max(rows.iter().map(Vec::len).max().unwrap_or(0));
     let cell = |r: &[String], i: usize| r.get(i).cloned().unwrap_or_default();
     let head: Vec<String> = header.iter().map(|s| s.to_string()).collect();
     let mut width = vec![3; cols];
@@ -123,7 +125,10 @@ mod tests {
 
     #[test]
     fn a_table_pads_columns_and_short_rows() {
-        let t = markdown_table(&["a", "long"], &[vec!["xyz".into()], vec!["1".into(), "2".into()]]);
+        let t = markdown_table(
+            &["a", "long"],
+            &[vec!["xyz".into()], vec!["1".into(), "2".into()]],
+        );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "| a   | long |");
         assert_eq!(lines[1], "|-----|------|");
