@@ -456,8 +456,21 @@ struct Startup {
 
 impl Bench<'_> {
     async fn sample(&self) -> anyhow::Result<Sample> {
-        let req = http::Request::get("/metrics").body(Vec::new())?;
-        let text = self.client.request_text(req).await?;
+        // A reused connection the apiserver just closed fails one request
+        // ("connection closed before message completed"): retry, bounded.
+        let mut tries = 0;
+        let text = loop {
+            let req = http::Request::get("/metrics").body(Vec::new())?;
+            match self.client.request_text(req).await {
+                Ok(t) => break t,
+                Err(e) if tries < 3 => {
+                    tries += 1;
+                    eprintln!("scraping the apiserver failed ({e}); retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         Ok(Sample {
             wall_us: now_us(),
             api: proc_of(self.cp.apiserver_pid())?,
@@ -526,8 +539,12 @@ impl Bench<'_> {
     /// One churn round on every node at once.
     async fn churn_step(&mut self) -> anyhow::Result<()> {
         let steps = self.nodes.iter_mut().map(|nd| nd.churn.step(&nd.sim, 1, 2));
+        // A failed request of the driver is logged, not fatal: the next
+        // round goes on (the figures are per window, not per request).
         for r in futures::future::join_all(steps).await {
-            r?;
+            if let Err(e) = r {
+                eprintln!("churn step failed: {e:#}");
+            }
         }
         Ok(())
     }
