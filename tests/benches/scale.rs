@@ -144,12 +144,14 @@ fn main() -> anyhow::Result<()> {
         let policy = dir.path().join("audit-policy.yaml");
         std::fs::write(&policy, policy_yaml(&[AGENT_GROUP, CENTRAL_GROUP]))?;
         let audit_log = dir.path().join("audit.log");
-        let mut opts = ControlPlaneOptions::default();
-        opts.extra_args = vec![
-            format!("--audit-policy-file={}", policy.display()),
-            format!("--audit-log-path={}", audit_log.display()),
-            "--audit-log-maxsize=0".into(),
-        ];
+        let opts = ControlPlaneOptions {
+            extra_args: vec![
+                format!("--audit-policy-file={}", policy.display()),
+                format!("--audit-log-path={}", audit_log.display()),
+                "--audit-log-maxsize=0".into(),
+            ],
+            ..Default::default()
+        };
         let cp = ControlPlane::start(opts).await?;
         println!("# {CMD}");
         println!(

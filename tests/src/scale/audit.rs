@@ -148,19 +148,14 @@ impl Tally {
                 received_us: l.received_us,
             })
         };
-        match l.stage.as_str() {
-            "ResponseStarted" => {
-                if self.open.insert(l.id.clone(), l.user.clone()).is_none() {
-                    count(self, &l);
-                }
-            }
+        let first = match l.stage.as_str() {
+            "ResponseStarted" => self.open.insert(l.id.clone(), l.user.clone()).is_none(),
             // A watch that started was counted then; anything else now.
-            "ResponseComplete" | "Panic" => {
-                if self.open.remove(&l.id).is_none() {
-                    count(self, &l);
-                }
-            }
-            _ => {}
+            "ResponseComplete" | "Panic" => self.open.remove(&l.id).is_none(),
+            _ => false,
+        };
+        if first {
+            count(self, &l);
         }
     }
 
