@@ -8,5 +8,4 @@ pub mod kubelet_sim;
 pub mod manifests;
 pub mod node_vm;
 pub mod process;
-pub mod scale;
 pub mod workload;
