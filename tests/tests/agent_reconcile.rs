@@ -315,21 +315,26 @@ async fn idle_node_raises_limits_to_their_ceilings() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_node_brings_limits_back_to_requests() {
-    let c = Cluster::start(ControlPlane::shared(), "full", &[Some(vec![])]).await;
+/// Pod `m` (200m request, 250m declared) raised to its 800m ceiling on an
+/// idle node, then an unmanaged filler that wants all 4 CPUs.
+async fn raise_then_fill(c: &Cluster) {
     let node = c.nodes[0].name.clone();
     c.create(burstable("m", &node, "200m", Some("250m"))).await;
     c.wait_for("m", "raised to 800m", |p| {
         cpu_limit_m(p, "app") == Some(800)
     })
     .await;
-    // Unmanaged pods fill the node's 4 CPUs.
     let mut filler = burstable("filler", &node, "100m", None);
     filler["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
     c.create(filler).await;
     c.wait_running("filler").await;
     c.nodes[0].sim.set_demand(&c.ns, "filler", 4000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_node_brings_limits_back_to_requests() {
+    let c = Cluster::start(ControlPlane::shared(), "full", &[Some(vec![])]).await;
+    raise_then_fill(&c).await;
     let took = c
         .wait_for("m", "lowered to the request", |p| {
             cpu_limit_m(p, "app") == Some(200)
@@ -351,17 +356,7 @@ async fn a_full_node_with_floor_declared_brings_limits_back_to_their_declared_li
         .map(String::from)
         .into();
     let c = Cluster::start(ControlPlane::shared(), "fulldecl", &[Some(args)]).await;
-    let node = c.nodes[0].name.clone();
-    c.create(burstable("m", &node, "200m", Some("250m"))).await;
-    c.wait_for("m", "raised to 800m", |p| {
-        cpu_limit_m(p, "app") == Some(800)
-    })
-    .await;
-    let mut filler = burstable("filler", &node, "100m", None);
-    filler["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
-    c.create(filler).await;
-    c.wait_running("filler").await;
-    c.nodes[0].sim.set_demand(&c.ns, "filler", 4000);
+    raise_then_fill(&c).await;
     // With the default floor the same node lowers it to 200m (the test above);
     // here it stops at the 250m the pod declares, and stays there.
     c.wait_for("m", "lowered to the declared 250m", |p| {

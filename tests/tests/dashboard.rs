@@ -232,20 +232,10 @@ fn refuse_resizes_of(ns: &str, prefix: &str) -> Vec<Value> {
     ]
 }
 
-fn limit_m(p: &Pod) -> Option<u64> {
-    let q = p.spec.as_ref()?.containers[0]
-        .resources
-        .as_ref()?
-        .limits
-        .as_ref()?
-        .get("cpu")?;
-    headroom::quantity::cpu_millis(&q.0).ok()
-}
-
 async fn wait_limit(pods: &Api<Pod>, name: &str, want: u64, agent: &AgentProcess) {
     let t0 = Instant::now();
     loop {
-        if limit_m(&pods.get(name).await.unwrap()) == Some(want) {
+        if testkit::workload::container_limit_m(&pods.get(name).await.unwrap()) == Some(want) {
             return;
         }
         assert!(
