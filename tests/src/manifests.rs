@@ -78,30 +78,44 @@ pub fn one<'a>(objs: &'a [Value], kind: &str) -> anyhow::Result<&'a Value> {
 pub async fn apply_all(client: &Client, objs: &[Value], manager: &str) -> anyhow::Result<()> {
     let discovery = Discovery::new(client.clone()).run().await?;
     for obj in objs {
-        let dynobj: DynamicObject = serde_json::from_value(obj.clone())?;
-        let tm = dynobj
-            .types
-            .as_ref()
-            .with_context(|| format!("{}: no apiVersion/kind", kind_name(obj)))?;
-        let gvk = GroupVersionKind::try_from(tm)?;
-        let (ar, caps) = discovery
-            .resolve_gvk(&gvk)
-            .with_context(|| format!("{}: kind unknown to the server", kind_name(obj)))?;
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                dynobj.namespace().as_deref().unwrap_or("default"),
-                &ar,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &ar),
-        };
-        api.patch(
-            &dynobj.name_any(),
-            &PatchParams::apply(manager).force(),
-            &Patch::Apply(obj),
-        )
-        .await
-        .with_context(|| format!("applying {}", kind_name(obj)))?;
+        apply_one(client, &discovery, obj, manager, false)
+            .await
+            .with_context(|| format!("applying {}", kind_name(obj)))?;
     }
     Ok(())
+}
+
+/// Server-side apply of one object (forced, as `manager`; a server-side
+/// dry-run when `dry_run`), its kind resolved through `discovery`.
+pub async fn apply_one(
+    client: &Client,
+    discovery: &Discovery,
+    obj: &Value,
+    manager: &str,
+    dry_run: bool,
+) -> anyhow::Result<DynamicObject> {
+    let dynobj: DynamicObject = serde_json::from_value(obj.clone())?;
+    let tm = dynobj
+        .types
+        .as_ref()
+        .with_context(|| format!("{}: no apiVersion/kind", kind_name(obj)))?;
+    let gvk = GroupVersionKind::try_from(tm)?;
+    let (ar, caps) = discovery
+        .resolve_gvk(&gvk)
+        .with_context(|| format!("{}: kind unknown to the server", kind_name(obj)))?;
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            dynobj.namespace().as_deref().unwrap_or("default"),
+            &ar,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+    };
+    let mut pp = PatchParams::apply(manager).force();
+    if dry_run {
+        pp = pp.dry_run();
+    }
+    Ok(api
+        .patch(&dynobj.name_any(), &pp, &Patch::Apply(obj))
+        .await?)
 }

@@ -22,8 +22,8 @@ use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::discovery::{Discovery, Scope};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::Discovery;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testkit::control_plane::{ControlPlane, api_message, resize};
@@ -57,30 +57,7 @@ async fn apply(
     obj: &Value,
     dry_run: bool,
 ) -> anyhow::Result<DynamicObject> {
-    let dynobj: DynamicObject = serde_json::from_value(obj.clone())?;
-    let tm = dynobj
-        .types
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("{}: no apiVersion/kind", kind_name(obj)))?;
-    let gvk = GroupVersionKind::try_from(tm)?;
-    let (ar, caps) = discovery
-        .resolve_gvk(&gvk)
-        .ok_or_else(|| anyhow::anyhow!("{}: kind unknown to the server", kind_name(obj)))?;
-    let api: Api<DynamicObject> = match caps.scope {
-        Scope::Namespaced => Api::namespaced_with(
-            client.clone(),
-            dynobj.namespace().as_deref().unwrap_or("default"),
-            &ar,
-        ),
-        Scope::Cluster => Api::all_with(client.clone(), &ar),
-    };
-    let mut pp = PatchParams::apply(MANAGER).force();
-    if dry_run {
-        pp = pp.dry_run();
-    }
-    Ok(api
-        .patch(&dynobj.name_any(), &pp, &Patch::Apply(obj))
-        .await?)
+    testkit::manifests::apply_one(client, discovery, obj, MANAGER, dry_run).await
 }
 
 /// Installs deploy/base for real (idempotent; tests of this binary share it).
