@@ -193,6 +193,14 @@ impl<'a> GuestAgent<'a> {
             .unwrap_or_else(|e| format!("<journal: {e:#}>"))
     }
 
+    /// Stops the agent unit on `node` if one is running (left by a test that
+    /// failed before its own `stop`).
+    pub async fn stop_any(node: &NodeVm) -> anyhow::Result<()> {
+        node.sh("systemctl stop headroom-agent 2>/dev/null; systemctl reset-failed headroom-agent 2>/dev/null; true")
+            .await
+            .map(|_| ())
+    }
+
     pub async fn stop(self) -> anyhow::Result<()> {
         self.node
             .sh(&format!("systemctl stop {}", self.unit))
