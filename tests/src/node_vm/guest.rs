@@ -126,6 +126,9 @@ impl NodeVm {
     }
 }
 
+/// The transient systemd unit the guest agent runs as (one per node).
+const GUEST_AGENT_UNIT: &str = "headroom-agent";
+
 /// `headroom-agent run` as a transient systemd unit in the guest.
 pub struct GuestAgent<'a> {
     pub node: &'a NodeVm,
@@ -137,12 +140,8 @@ impl<'a> GuestAgent<'a> {
     /// `args` after the node name, kubeconfig and metrics address, and
     /// waits until `/healthz` answers.
     pub async fn start(node: &'a NodeVm, args: &[String]) -> anyhow::Result<GuestAgent<'a>> {
-        let unit = "headroom-agent".to_string();
-        let _ = node
-            .sh_output(&format!(
-                "systemctl stop {unit}; systemctl reset-failed {unit}"
-            ))
-            .await;
+        let unit = GUEST_AGENT_UNIT.to_string();
+        Self::stop_any(node).await?;
         let mut cmd = format!(
             "systemd-run --unit={unit} --collect -E RUST_LOG=info,headroom=debug \
              /mnt/node/bin/headroom-agent run --node-name {} \
@@ -193,12 +192,16 @@ impl<'a> GuestAgent<'a> {
             .unwrap_or_else(|e| format!("<journal: {e:#}>"))
     }
 
-    /// Stops the agent unit on `node` if one is running (left by a test that
-    /// failed before its own `stop`).
+    /// Stops the agent unit on `node` if one is running (an earlier `start`,
+    /// or a test that failed before its own `stop`); fails only when the node
+    /// cannot be reached.
     pub async fn stop_any(node: &NodeVm) -> anyhow::Result<()> {
-        node.sh("systemctl stop headroom-agent 2>/dev/null; systemctl reset-failed headroom-agent 2>/dev/null; true")
-            .await
-            .map(|_| ())
+        node.sh(&format!(
+            "systemctl stop {GUEST_AGENT_UNIT} 2>/dev/null; \
+             systemctl reset-failed {GUEST_AGENT_UNIT} 2>/dev/null; true"
+        ))
+        .await
+        .map(|_| ())
     }
 
     pub async fn stop(self) -> anyhow::Result<()> {
