@@ -8,4 +8,5 @@ pub mod kubelet_sim;
 pub mod manifests;
 pub mod node_vm;
 pub mod process;
+pub mod scale;
 pub mod workload;

@@ -61,13 +61,12 @@ pub fn start(client: Client, node_name: &str) -> (Caches, Vec<JoinHandle<()>>) {
     let (node, node_w) = reflector::store();
     let (namespaces, ns_w) = reflector::store();
 
-    let pod_cfg = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    let (pod_cfg, node_cfg, ns_cfg) = watch_configs(node_name);
     let pod_stream = watcher(Api::<Pod>::all(client.clone()), pod_cfg)
         .default_backoff()
         // Keep only what PodView reads: memory stays flat on busy nodes.
         .modify(slim_pod)
         .reflect(pods_w);
-    let node_cfg = watcher::Config::default().fields(&format!("metadata.name={node_name}"));
     let node_stream = watcher(Api::<Node>::all(client.clone()), node_cfg)
         .default_backoff()
         .modify(|n| {
@@ -77,7 +76,6 @@ pub fn start(client: Client, node_name: &str) -> (Caches, Vec<JoinHandle<()>>) {
             }
         })
         .reflect(node_w);
-    let ns_cfg = watcher::Config::default().labels(&format!("{ANN_MANAGED}=true"));
     let ns_stream = watcher(Api::<Namespace>::all(client), ns_cfg)
         .default_backoff()
         .modify(|n| n.managed_fields_mut().clear())
@@ -96,6 +94,29 @@ pub fn start(client: Client, node_name: &str) -> (Caches, Vec<JoinHandle<()>>) {
         },
         tasks,
     )
+}
+
+/// The three watches' configs: own node's pods, own Node, opted-in
+/// namespaces. Every (re)list asks for `resourceVersion=0`, served from the
+/// apiserver's watch cache, not a quorum read from etcd. kube-runtime's
+/// default (`MostRecent`, pages of 500) sends the pod list with a field
+/// selector to etcd, which has no field index: each agent start then reads
+/// every pod of the cluster from etcd, and a rollout of N agents N times
+/// (the scale bench counted 1 etcd pod list per agent start). Unpaged,
+/// because kube-core drops `resourceVersion=0` from a list with a `limit`;
+/// the lists are one node's pods, one Node, the opted-in namespaces. The
+/// caches tolerate a list older than the newest state: the watch that
+/// follows delivers every later change, and resizes are verified against
+/// the cgroups.
+pub fn watch_configs(node_name: &str) -> (watcher::Config, watcher::Config, watcher::Config) {
+    let from_cache = |c: watcher::Config| watcher::Config {
+        page_size: None,
+        ..c.any_semantic()
+    };
+    let pods = from_cache(watcher::Config::default().fields(&format!("spec.nodeName={node_name}")));
+    let node = from_cache(watcher::Config::default().fields(&format!("metadata.name={node_name}")));
+    let namespaces = from_cache(watcher::Config::default().labels(&format!("{ANN_MANAGED}=true")));
+    (pods, node, namespaces)
 }
 
 /// Drops the parts of a Pod the agent never reads (managedFields, labels,
@@ -186,6 +207,50 @@ where
 mod tests {
     use super::*;
     use crate::model::PodView;
+
+    #[test]
+    fn every_watch_lists_from_the_watch_cache_and_only_what_the_agent_owns() {
+        let (pods, node, ns) = watch_configs("n1");
+        for c in [&pods, &node, &ns] {
+            assert_eq!(c.list_semantic, watcher::ListSemantic::Any, "{c:?}");
+            assert_eq!(c.page_size, None, "kube-core drops rv=0 from a paged list");
+        }
+        assert_eq!(pods.field_selector.as_deref(), Some("spec.nodeName=n1"));
+        assert_eq!(node.field_selector.as_deref(), Some("metadata.name=n1"));
+        assert_eq!(
+            ns.label_selector.as_deref(),
+            Some("headroom.dev/managed=true")
+        );
+    }
+
+    /// What the watcher sends for those settings (rv "0", NotOlderThan, no
+    /// limit): `resourceVersion=0` is in the query; with a limit it is not.
+    #[test]
+    fn an_unpaged_any_list_asks_for_resource_version_zero() {
+        let lp = |limit| kube::api::ListParams {
+            resource_version: Some("0".into()),
+            version_match: Some(kube::api::VersionMatch::NotOlderThan),
+            limit,
+            ..Default::default()
+        };
+        let uri = |lp: &kube::api::ListParams| {
+            kube::core::Request::new("/api/v1/pods")
+                .list(lp)
+                .unwrap()
+                .uri()
+                .to_string()
+        };
+        assert!(
+            uri(&lp(None)).contains("resourceVersion=0"),
+            "{}",
+            uri(&lp(None))
+        );
+        assert!(
+            !uri(&lp(Some(500))).contains("resourceVersion"),
+            "{}",
+            uri(&lp(Some(500)))
+        );
+    }
 
     #[test]
     fn slim_pod_keeps_everything_the_view_reads() {
