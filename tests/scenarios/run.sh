@@ -48,7 +48,7 @@ failed=0
 log() { printf '== %s\n' "$*"; }
 passed=0
 result() { # name, status (0 = pass)
-  if [ "$2" -eq 0 ]; then echo "PASS: $1"; passed=$((passed + 1)); else echo "FAIL: $1"; failed=1; fi
+  if [ "$2" -eq 0 ]; then echo "PASS: $1 [+${SECONDS}s]"; passed=$((passed + 1)); else echo "FAIL: $1 [+${SECONDS}s]"; failed=1; fi
 }
 node_sh() { "$HEADROOM_NODE_SH" "$1" "$2"; }
 # Polls "$@" every 3 s until it succeeds, at most $timeout seconds.
