@@ -9,6 +9,16 @@
 #   tests/control-plane/build.sh            # everything, v1.37.2
 #   HEADROOM_SKIP_NODE_BINARIES=1 tests/control-plane/build.sh   # etcd + apiserver only
 #   HEADROOM_EXTRA_APISERVERS=v1.35.4 tests/control-plane/build.sh
+#   tests/control-plane/build.sh --pin      # re-resolve and rewrite the pins
+#
+# Pins: each wrapper module's go.mod and go.sum are committed beside its source
+# (etcd/, kube-apiserver/, kube-node/), so the default versions build exactly the
+# module graph reviewed here (-mod=readonly: a missing or changed sum fails the
+# build). A version without a pin (HEADROOM_EXTRA_APISERVERS, or a
+# HEADROOM_*_VERSION other than the pinned one) is resolved afresh and says so.
+# To update a pin: HEADROOM_APISERVER_VERSION=v1.37.3 HEADROOM_ETCD_VERSION=v3.6.17
+# tests/control-plane/build.sh --pin, then change the version defaults (this
+# file, tests/node-vm/build.sh, tests/src/control_plane.rs, tests/src/node_vm/install.rs).
 #
 # Cache: $HEADROOM_CACHE_DIR (default: <repo>/.cache), layout
 #   $HEADROOM_CACHE_DIR/bin/etcd-v3.6.16
@@ -24,10 +34,41 @@ etcd_version=${HEADROOM_ETCD_VERSION:-v3.6.16}
 apiserver_version=${HEADROOM_APISERVER_VERSION:-v1.37.2}
 extra=${HEADROOM_EXTRA_APISERVERS:-}
 
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+pin=
+[ "${1:-}" = --pin ] && pin=1
+
+export GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "$cache/bin" "$cache/src"
 
 log() { printf 'control-plane: %s\n' "$*" >&2; }
+
+# The version of module $2 that the committed go.mod in $here/$1 requires.
+pinned_version() {
+  awk -v m="$2" '$1 == m {print $2} $1 == "require" && $2 == m {print $3}' "$here/$1/go.mod" 2>/dev/null | head -1
+}
+
+# Fills the current directory (a fresh work dir) with wrapper module $1 for
+# module $2 at version $3: the committed pin when it is for that version (and
+# not --pin), else a fresh resolution by the commands in "${@:4}" (which write
+# go.mod), `go mod tidy`, and with --pin the result copied back as the pin.
+module_for() {
+  local dir=$1 mod=$2 ver=$3; shift 3
+  if [ -z "$pin" ] && [ "$(pinned_version "$dir" "$mod")" = "$ver" ]; then
+    cp "$here/$dir/go.mod" "$here/$dir/go.sum" .
+    export GOFLAGS=-mod=readonly
+    log "$dir $ver: pinned ($here/$dir/go.sum)"
+    return
+  fi
+  export GOFLAGS=-mod=mod
+  go mod init "headroom.test/$dir" >/dev/null 2>&1
+  "$@"
+  log "$dir $ver: resolving modules (not pinned)"
+  go mod tidy >/dev/null
+  if [ -n "$pin" ]; then
+    cp go.mod go.sum "$here/$dir/"
+    log "$dir $ver: pinned into $here/$dir"
+  fi
+}
 
 # Staging modules (k8s.io/api, k8s.io/apiserver, ...) are `replace`d to
 # ./staging/src/... in k8s.io/kubernetes' go.mod; a consumer must replace each
@@ -41,20 +82,20 @@ replace_lines() {
     | awk -v v="$staging" '{print "replace " $1 " => " $1 " " v}'
 }
 
+# Adds k8s.io/kubernetes $1 and its staging replaces to ./go.mod.
+require_kubernetes() {
+  { echo; echo "require k8s.io/kubernetes $1"; replace_lines "$1"; } >> go.mod
+}
+
 build_apiserver() {
   local kver=$1 out="$cache/bin/kube-apiserver-$1"
-  if [ -x "$out" ]; then log "kube-apiserver $kver: cached ($out)"; return; fi
+  if [ -x "$out" ] && [ -z "$pin" ]; then log "kube-apiserver $kver: cached ($out)"; return; fi
   local work="$cache/src/kube-apiserver-$kver"
   rm -rf "$work" && mkdir -p "$work"
   cp "$here/kube-apiserver/main.go" "$work/"
   (
     cd "$work"
-    # Fetch the module's go.mod from a throwaway module so `go mod download`
-    # has a context.
-    go mod init headroom.test/kube-apiserver >/dev/null 2>&1
-    { echo; echo "require k8s.io/kubernetes $kver"; replace_lines "$kver"; } >> go.mod
-    log "kube-apiserver $kver: resolving modules"
-    go mod tidy >/dev/null
+    module_for kube-apiserver k8s.io/kubernetes "$kver" require_kubernetes "$kver"
     local major=${kver#v}; major=${major%%.*}
     local minor=${kver#v*.}; minor=${minor%%.*}
     local pkg=k8s.io/component-base/version
@@ -73,20 +114,15 @@ build_apiserver() {
 # they share one resolution and the build cache the apiserver already filled.
 build_node_components() {
   local kver=$1 cmds=(kubelet kube-controller-manager kube-scheduler kubectl) missing=()
-  for c in "${cmds[@]}"; do [ -x "$cache/bin/$c-$kver" ] || missing+=("$c"); done
+  for c in "${cmds[@]}"; do [ -x "$cache/bin/$c-$kver" ] && [ -z "$pin" ] || missing+=("$c"); done
   if [ ${#missing[@]} -eq 0 ]; then log "kubelet, controller-manager, scheduler, kubectl $kver: cached"; return; fi
   local work="$cache/src/kube-node-$kver"
   rm -rf "$work" && mkdir -p "$work"
   (
     cd "$work"
-    go mod init headroom.test/kube-node >/dev/null 2>&1
-    { echo; echo "require k8s.io/kubernetes $kver"; replace_lines "$kver"; } >> go.mod
-    # Keeps the commands' modules in go.mod through `go mod tidy`; never compiled.
-    { echo '//go:build tools'; echo; echo 'package tools'; echo; echo 'import ('
-      for c in "${missing[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
-      echo ')'; } > tools.go
-    log "${missing[*]} $kver: resolving modules"
-    go mod tidy >/dev/null
+    # tools.go keeps the commands' modules in go.mod through `go mod tidy`.
+    cp "$here/kube-node/tools.go" .
+    module_for kube-node k8s.io/kubernetes "$kver" require_kubernetes "$kver"
     local major=${kver#v}; major=${major%%.*}
     local minor=${kver#v*.}; minor=${minor%%.*}
     local pkg=k8s.io/component-base/version
@@ -103,18 +139,17 @@ build_node_components() {
   log "${missing[*]} $kver: built"
 }
 
+require_etcd() { printf '\nrequire go.etcd.io/etcd/server/v3 %s\n' "$1" >> go.mod; }
+
 build_etcd() {
   local ever=$1 out="$cache/bin/etcd-$1"
-  if [ -x "$out" ]; then log "etcd $ever: cached ($out)"; return; fi
+  if [ -x "$out" ] && [ -z "$pin" ]; then log "etcd $ever: cached ($out)"; return; fi
   local work="$cache/src/etcd-$ever"
   rm -rf "$work" && mkdir -p "$work"
   cp "$here/etcd/main.go" "$work/"
   (
     cd "$work"
-    go mod init headroom.test/etcd >/dev/null 2>&1
-    printf '\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ever" >> go.mod
-    log "etcd $ever: resolving modules"
-    go mod tidy >/dev/null
+    module_for etcd go.etcd.io/etcd/server/v3 "$ever" require_etcd "$ever"
     log "etcd $ever: building"
     go build -trimpath -o "$out.tmp" -ldflags "-s -w" .
   )
@@ -141,7 +176,8 @@ fetch_prometheus_crds() {
 start=$(date +%s)
 build_etcd "$etcd_version"
 build_apiserver "$apiserver_version"
-for v in $extra; do build_apiserver "$v"; done
+# Extra versions are never pinned (the pin is the default version's).
+for v in $extra; do (pin=; build_apiserver "$v"); done
 [ -n "${HEADROOM_SKIP_NODE_BINARIES:-}" ] || build_node_components "$apiserver_version"
 [ -n "${HEADROOM_SKIP_NODE_BINARIES:-}" ] || fetch_prometheus_crds "${HEADROOM_PROMETHEUS_OPERATOR_VERSION:-v0.94.0}"
 log "done in $(( $(date +%s) - start ))s; binaries in $cache/bin"
