@@ -488,7 +488,7 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
                     s.name
                 ));
             }
-            let simulated = sim_cpu_max(&sim, &ns, &sim_pod, &names);
+            let simulated = sim_cpu_max(sim, &ns, &sim_pod, &names);
             if simulated != real_named {
                 failures.push(format!(
                     "{} {}: PARITY simulator {simulated:?} vs real {real_named:?}",
