@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use crate::metrics::PatchErrorClass;
 use crate::model::Millis;
 use crate::quantity;
 
@@ -65,22 +66,24 @@ pub enum Outcome {
     /// 403 or 401: RBAC or admission policy; a configuration alarm.
     Forbidden(String),
     /// 429, 5xx, timeouts and transport errors: back off with jitter.
+    /// `class` is the metric label it counts under (one of the transient ones).
     Transient {
-        class: &'static str,
+        class: PatchErrorClass,
         message: String,
     },
 }
 
 impl Outcome {
-    /// Stable label for the `headroom_patch_errors_total{class}` metric.
-    pub fn class(&self) -> &'static str {
+    /// The `headroom_patch_errors_total{class}` label a failed patch counts
+    /// under; `None` for an applied one.
+    pub fn error_class(&self) -> Option<PatchErrorClass> {
         match self {
-            Outcome::Applied => "applied",
-            Outcome::Refused { .. } => "refused",
-            Outcome::Conflict => "conflict",
-            Outcome::NotFound => "not_found",
-            Outcome::Forbidden(_) => "forbidden",
-            Outcome::Transient { class, .. } => class,
+            Outcome::Applied => None,
+            Outcome::Refused { .. } => Some(PatchErrorClass::refused),
+            Outcome::Conflict => Some(PatchErrorClass::conflict),
+            Outcome::NotFound => Some(PatchErrorClass::not_found),
+            Outcome::Forbidden(_) => Some(PatchErrorClass::forbidden),
+            Outcome::Transient { class, .. } => Some(*class),
         }
     }
 }
@@ -93,7 +96,7 @@ pub fn classify(err: &kube::Error, attempted_m: Millis, quantum_m: Millis) -> Ou
             classify_status(status.code, &status.message, attempted_m, quantum_m)
         }
         other => Outcome::Transient {
-            class: "transport",
+            class: PatchErrorClass::transport,
             message: other.to_string(),
         },
     }
@@ -116,16 +119,16 @@ pub fn classify_status(
         // doubling per 403 up to 10 min, long after the Node is back.
         // Back off per pod instead (found by tests/tests/agent_faults.rs).
         403 if is_node_not_found(&message) => Outcome::Transient {
-            class: "node_not_found",
+            class: PatchErrorClass::node_not_found,
             message,
         },
         401 | 403 if !is_refusal_403(&message) => Outcome::Forbidden(message),
         429 => Outcome::Transient {
-            class: "throttled",
+            class: PatchErrorClass::throttled,
             message,
         },
         500..=599 => Outcome::Transient {
-            class: "server_error",
+            class: PatchErrorClass::server_error,
             message,
         },
         400 | 403 | 422 => {
@@ -137,7 +140,7 @@ pub fn classify_status(
             }
         }
         _ => Outcome::Transient {
-            class: "unexpected",
+            class: PatchErrorClass::unexpected,
             message,
         },
     }
@@ -276,7 +279,7 @@ mod tests {
         assert!(matches!(
             classify_status(403, msg, 400, 10),
             Outcome::Transient {
-                class: "node_not_found",
+                class: PatchErrorClass::node_not_found,
                 ..
             }
         ));
@@ -322,17 +325,38 @@ mod tests {
         assert!(matches!(
             classify_status(429, "slow down", 1, 10),
             Outcome::Transient {
-                class: "throttled",
+                class: PatchErrorClass::throttled,
                 ..
             }
         ));
         assert!(matches!(
             classify_status(503, "unavailable", 1, 10),
             Outcome::Transient {
-                class: "server_error",
+                class: PatchErrorClass::server_error,
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn every_patch_error_class_is_reachable() {
+        let refusal = "Pod \"e\" is invalid: spec: Forbidden: Pod QOS Class may not change as a result of resizing";
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        let reached: Vec<Option<PatchErrorClass>> = vec![
+            classify_status(422, refusal, 100, 10).error_class(),
+            classify_status(409, "conflict", 1, 10).error_class(),
+            classify_status(404, "gone", 1, 10).error_class(),
+            classify_status(403, "denied by policy", 1, 10).error_class(),
+            classify(&kube::Error::ReadEvents(io), 1, 10).error_class(),
+            classify_status(403, "pods \"b\" is forbidden: node \"n1\" not found", 1, 10)
+                .error_class(),
+            classify_status(429, "slow down", 1, 10).error_class(),
+            classify_status(503, "unavailable", 1, 10).error_class(),
+            classify_status(302, "moved", 1, 10).error_class(),
+        ];
+        let want: Vec<Option<PatchErrorClass>> = PatchErrorClass::ALL.map(Some).to_vec();
+        assert_eq!(reached, want);
+        assert_eq!(Outcome::Applied.error_class(), None);
     }
 
     #[test]

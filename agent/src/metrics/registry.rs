@@ -71,9 +71,29 @@ pub enum PatchErrorClass {
     conflict,
     not_found,
     forbidden,
+    /// No HTTP answer: connection refused or reset, TLS, timeout.
+    transport,
+    /// 403 while the Node is re-registered (resize admission cannot find it).
+    node_not_found,
     throttled,
     server_error,
-    other,
+    /// An HTTP status the agent has no rule for.
+    unexpected,
+}
+
+impl PatchErrorClass {
+    /// Every class, for tests that each one is reachable and exported.
+    pub const ALL: [PatchErrorClass; 9] = [
+        PatchErrorClass::refused,
+        PatchErrorClass::conflict,
+        PatchErrorClass::not_found,
+        PatchErrorClass::forbidden,
+        PatchErrorClass::transport,
+        PatchErrorClass::node_not_found,
+        PatchErrorClass::throttled,
+        PatchErrorClass::server_error,
+        PatchErrorClass::unexpected,
+    ];
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

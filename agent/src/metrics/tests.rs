@@ -112,6 +112,35 @@ fn filled() -> Arc<Metrics> {
 }
 
 #[tokio::test]
+async fn every_patch_error_class_is_exported_under_its_name() {
+    let m = Arc::new(Metrics::new("1.2.3"));
+    for (i, class) in PatchErrorClass::ALL.into_iter().enumerate() {
+        for _ in 0..=i {
+            m.patch_error(class);
+        }
+    }
+    let (addr, _stop) = start(m, Arc::new(Readiness::default())).await;
+    let s = parse(&get(addr, "/metrics", None).await.body);
+    for (i, name) in [
+        "refused",
+        "conflict",
+        "not_found",
+        "forbidden",
+        "transport",
+        "node_not_found",
+        "throttled",
+        "server_error",
+        "unexpected",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let got = value(&s, "headroom_patch_errors_total", &[("class", name)]);
+        assert_eq!(got, (i + 1) as f64, "{name}");
+    }
+}
+
+#[tokio::test]
 async fn scrape_parses_and_reports_set_values() {
     let m = filled();
     let (addr, _stop) = start(m, Arc::new(Readiness::default())).await;

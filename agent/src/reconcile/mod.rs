@@ -637,15 +637,11 @@ impl Agent {
                 tracing::error!(pod = %view.key(), %message, pause_s = pause.as_secs(), "resize forbidden (RBAC or admission policy): configuration alarm; pausing all patches");
             }
             Outcome::Transient { class, message } => {
-                self.metrics.patch_error(match class {
-                    "throttled" => PatchErrorClass::throttled,
-                    "server_error" => PatchErrorClass::server_error,
-                    _ => PatchErrorClass::other,
-                });
+                self.metrics.patch_error(class);
                 self.metrics.resize(ResizeResult::error, dir);
                 let r = self.rand01();
                 let d = self.memory.transient(&p.uid, now, r);
-                tracing::warn!(pod = %view.key(), class, %message, retry_in_ms = d.as_millis() as u64, "resize failed; backing off");
+                tracing::warn!(pod = %view.key(), class = ?class, %message, retry_in_ms = d.as_millis() as u64, "resize failed; backing off");
             }
         }
     }
