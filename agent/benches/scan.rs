@@ -1,10 +1,14 @@
 //! Full-tree scan vs. the floor: a bare `std::fs::read` loop over the same
-//! files the scan parses (no directory listing, no parsing).
+//! files the scan parses (no directory listing, no parsing), and a second
+//! floor that also lists the directories the scan must list (kubepods, the
+//! QoS slices, each pod), so the remainder is parsing and bookkeeping.
 //!
 //! `cargo bench -p headroom-agent --bench scan`. Trees of 110, 250 and 500
 //! pods × 3 containers (+ a sandbox each), with the usual cgroup interface
 //! files beside the ones Headroom reads, so directory listings cost what
-//! they cost on a node. Prints the median ns/pod and the ratio to the floor.
+//! they cost on a node. Prints the median ns/pod and the ratios to both
+//! floors. The scan reads each pod's cpu.max, cpu.stat, cpu.pressure and
+//! cpu.weight, and each container's cpu.max and (finite quota) cpu.stat.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -45,7 +49,9 @@ const OTHER_FILES: &[&str] = &[
     "pids.max",
 ];
 
-fn cgroup_dir(dir: &Path, cpu_max: &str, read: &mut Vec<PathBuf>, all_files: bool) {
+/// Writes one cgroup directory; pushes the paths of `reads` (the files the
+/// scan reads there) onto `read`.
+fn cgroup_dir(dir: &Path, cpu_max: &str, read: &mut Vec<PathBuf>, reads: &[&str]) {
     std::fs::create_dir_all(dir).unwrap();
     for f in OTHER_FILES {
         std::fs::write(dir.join(f), "0\n").unwrap();
@@ -65,9 +71,9 @@ full avg10=0.12 avg60=0.10 avg300=0.05 total=12345678\n",
         ),
         ("cpu.weight", "79\n"),
     ];
-    for (i, (f, c)) in files.iter().enumerate() {
+    for (f, c) in files {
         std::fs::write(dir.join(f), c).unwrap();
-        if all_files || i == 0 {
+        if reads.contains(f) {
             read.push(dir.join(f));
         }
     }
@@ -77,8 +83,13 @@ fn id(pod: usize, c: usize) -> String {
     format!("{pod:032x}{c:032x}")
 }
 
-/// Writes the tree; returns the files a scan parses (the floor's list).
-fn build(root: &Path, pods: usize) -> Vec<PathBuf> {
+const POD_FILES: &[&str] = &["cpu.max", "cpu.stat", "cpu.pressure", "cpu.weight"];
+/// A container with a finite quota: its throttling is part of the stall.
+const CONTAINER_FILES: &[&str] = &["cpu.max", "cpu.stat"];
+
+/// Writes the tree; returns the files a scan parses (the floor's list) and
+/// the directories it lists.
+fn build(root: &Path, pods: usize) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut read = Vec::new();
     std::fs::write(
         root.join("cgroup.controllers"),
@@ -86,20 +97,12 @@ fn build(root: &Path, pods: usize) -> Vec<PathBuf> {
     )
     .unwrap();
     let kp = root.join("kubepods.slice");
-    cgroup_dir(&kp, "max 100000\n", &mut read, true);
-    let mut skip = Vec::new();
-    cgroup_dir(
-        &kp.join("kubepods-burstable.slice"),
-        "max 100000\n",
-        &mut skip,
-        true,
-    );
-    cgroup_dir(
-        &kp.join("kubepods-besteffort.slice"),
-        "max 100000\n",
-        &mut skip,
-        true,
-    );
+    cgroup_dir(&kp, "max 100000\n", &mut read, POD_FILES);
+    let mut dirs = vec![kp.clone()];
+    for qos in ["kubepods-burstable.slice", "kubepods-besteffort.slice"] {
+        cgroup_dir(&kp.join(qos), "max 100000\n", &mut read, &[]);
+        dirs.push(kp.join(qos));
+    }
     for p in 0..pods {
         let uid = format!("{p:08x}_0000_4000_8000_{p:012x}");
         let dir = match p % 3 {
@@ -111,14 +114,15 @@ fn build(root: &Path, pods: usize) -> Vec<PathBuf> {
                 "kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"
             )),
         };
-        cgroup_dir(&dir, "150000 100000\n", &mut read, true);
+        cgroup_dir(&dir, "150000 100000\n", &mut read, POD_FILES);
         for c in 0..4 {
             // c == 3: the pause container.
             let cdir = dir.join(format!("cri-containerd-{}.scope", id(p, c)));
-            cgroup_dir(&cdir, "50000 100000\n", &mut read, false);
+            cgroup_dir(&cdir, "50000 100000\n", &mut read, CONTAINER_FILES);
         }
+        dirs.push(dir);
     }
-    read
+    (read, dirs)
 }
 
 /// Median time of one call to `f`, over at least 5 runs and ~1 s.
@@ -139,12 +143,12 @@ fn median(mut f: impl FnMut()) -> Duration {
 
 fn main() {
     println!(
-        "{:>5}  {:>8}  {:>12}  {:>12}  {:>6}",
-        "pods", "files", "scan ns/pod", "floor ns/pod", "ratio"
+        "{:>5}  {:>6}  {:>5}  {:>12}  {:>12}  {:>6}  {:>14}  {:>6}",
+        "pods", "files", "dirs", "scan ns/pod", "floor ns/pod", "ratio", "+list ns/pod", "ratio"
     );
     for pods in [110, 250, 500] {
         let t = tempfile::tempdir().unwrap();
-        let files = build(t.path(), pods);
+        let (files, dirs) = build(t.path(), pods);
         let layout = cgroup::discover(t.path()).unwrap();
         let snap = cgroup::scan(t.path(), &layout, 0).unwrap();
         assert_eq!(snap.pods.len(), pods);
@@ -162,13 +166,26 @@ fn main() {
                 black_box(std::fs::read(f).unwrap());
             }
         });
+        let listed = median(|| {
+            for d in &dirs {
+                for e in std::fs::read_dir(d).unwrap().flatten() {
+                    black_box(e.file_name());
+                }
+            }
+            for f in &files {
+                black_box(std::fs::read(f).unwrap());
+            }
+        });
         let per = |d: Duration| d.as_nanos() as f64 / pods as f64;
         println!(
-            "{pods:>5}  {:>8}  {:>12.0}  {:>12.0}  {:>6.2}",
+            "{pods:>5}  {:>6}  {:>5}  {:>12.0}  {:>12.0}  {:>6.2}  {:>14.0}  {:>6.2}",
             files.len(),
+            dirs.len(),
             per(scan),
             per(floor),
-            scan.as_secs_f64() / floor.as_secs_f64()
+            scan.as_secs_f64() / floor.as_secs_f64(),
+            per(listed),
+            scan.as_secs_f64() / listed.as_secs_f64()
         );
     }
 }

@@ -140,6 +140,8 @@ fn limit_m(p: &Pod, container: &str) -> Option<u64> {
 struct ProcSample {
     at: Instant,
     cpu_ticks: u64,
+    /// The kernel's share of `cpu_ticks` (syscalls: opens, reads, closes).
+    sys_ticks: u64,
     rss_kib: u64,
     hwm_kib: u64,
     threads: i64,
@@ -155,6 +157,7 @@ fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
     Ok(ProcSample {
         at: Instant::now(),
         cpu_ticks: stat.utime + stat.stime,
+        sys_ticks: stat.stime,
         rss_kib: status.vmrss.unwrap_or(0),
         hwm_kib: status.vmhwm.unwrap_or(0),
         threads: stat.num_threads,
@@ -171,6 +174,73 @@ fn mib(kib: u64) -> f64 {
 fn millicores(a: &ProcSample, b: &ProcSample) -> f64 {
     let cpu_s = (b.cpu_ticks - a.cpu_ticks) as f64 / procfs::ticks_per_second() as f64;
     cpu_s / (b.at - a.at).as_secs_f64() * 1000.0
+}
+
+/// Where the agent's CPU goes: a `perf` software-clock profile of 15 s
+/// (this host has no hardware counters), by shared object and symbol. The
+/// release binary is stripped, so its own code shows as one entry; libc
+/// (malloc, memcpy) and the kernel (open, read, close paths) are named.
+async fn perf_profile(pid: u32, dir: &Path) {
+    let data = dir.join("perf.data");
+    let rec = tokio::process::Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "cpu-clock",
+            "-F",
+            "997",
+            "-p",
+            &pid.to_string(),
+            "-o",
+        ])
+        .arg(&data)
+        .args(["--", "sleep", "15"])
+        .output()
+        .await;
+    match rec {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            println!(
+                "perf record failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            println!("perf not run: {e}");
+            return;
+        }
+    }
+    for sort in ["dso", "dso,sym"] {
+        let rep = tokio::process::Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "-q",
+                "--percent-limit",
+                "1",
+                "--sort",
+                sort,
+                "-i",
+            ])
+            .arg(&data)
+            .output()
+            .await;
+        if let Ok(o) = rep {
+            println!(
+                "perf report --sort {sort} (cpu-clock, 15 s, ≥ 1 %):\n{}",
+                String::from_utf8_lossy(&o.stdout)
+            );
+        }
+    }
+}
+
+/// `millicores` split into user and kernel time.
+fn user_kernel_millicores(a: &ProcSample, b: &ProcSample) -> (f64, f64) {
+    let per_s = |t: u64| t as f64 / procfs::ticks_per_second() as f64 / (b.at - a.at).as_secs_f64();
+    let sys = per_s(b.sys_ticks - a.sys_ticks) * 1000.0;
+    (millicores(a, b) - sys, sys)
 }
 
 /// `_sum` and `_count` of a histogram in a scrape.
@@ -354,6 +424,8 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
         b.threads,
         g_end - last
     );
+    let (user_m, kernel_m) = user_kernel_millicores(&a, &b);
+    println!("of which user {user_m:.2} m, kernel {kernel_m:.2} m (utime/stime, 10 ms ticks)");
     println!(
         "per tick: {:.0} read syscalls, {:.0} KiB read",
         (b.syscr - a.syscr) as f64 / ticks,
@@ -412,6 +484,7 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
         ),
         Err(e) => println!("strace not run: {e}"),
     }
+    perf_profile(pid, dir).await;
     sim.stop().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let a = proc_sample(pid)?;

@@ -29,8 +29,8 @@
 //! only, so sims and driver are not counted); watches held (audit, and the
 //! `apiserver_longrunning_requests` gauge); bytes received per client
 //! counted at the client side of its relay (TLS bytes); lists served from
-//! the watch cache vs from etcd (`apiserver_cache_list_total`,
-//! `apiserver_storage_list_total`); the tick rate the agents sustain
+//! the watch cache vs from etcd (`apiserver_storage_list_total` by its
+//! `storage` label); the tick rate the agents sustain
 //! (`headroom_scan_duration_seconds_count`). At the largest N the agents
 //! are then all restarted at once (a rollout stampede): peak requests per
 //! second, time until all are ready, until the last request of the burst.
@@ -40,7 +40,7 @@
 //! window (15), `SCALE_CHURN_EVERY_S` (10), `SCALE_PARTS` = `curve,stampede`
 //! (also `reaction`: part 4, one node with the footprint's 250 pods among
 //! `SCALE_REACTION_NODES` = 50 nodes with agents, `SCALE_REACTION_REPS` =
-//! 10 load changes).
+//! 10 load changes, alternately filling and freeing the node).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -61,7 +61,7 @@ use testkit::scale::audit::{Tail, Tally, policy_yaml};
 use testkit::scale::fit;
 use testkit::scale::proxy::{Counters, Relay};
 use testkit::scale::{markdown_table, quantile, scaled_mix, sig3};
-use testkit::workload::{Churn, FOOTPRINT_MIX, create_all, mix, opt_in, wait_running};
+use testkit::workload::{Churn, FOOTPRINT_MIX, Kind, Spec, create_all, mix, opt_in, wait_running};
 
 const CMD: &str = "cargo bench -p headroom-tests --bench scale";
 const AGENT_GROUP: &str = "headroom:scale-agents";
@@ -379,23 +379,31 @@ fn requests_total(s: &prometheus_parse::Scrape) -> f64 {
     metric(s, "apiserver_request_total", &[]).unwrap_or(0.0)
 }
 
-/// Pod lists served from the watch cache and from etcd so far.
+/// Pod lists served from the watch cache and from etcd so far. Since 1.37,
+/// `apiserver_storage_list_total` counts both, told apart by its `storage`
+/// label (`watchcache` / `etcd`), and the older `apiserver_cache_list_total`
+/// is deprecated (hidden); before, the storage metric counted etcd only.
 fn pod_lists(s: &prometheus_parse::Scrape) -> (f64, f64) {
-    let cache = s
+    let pods = |x: &&prometheus_parse::Sample| x.labels.get("resource") == Some("pods");
+    let old_cache: f64 = s
         .samples
         .iter()
         .filter(|x| x.metric == "apiserver_cache_list_total")
-        .filter(|x| x.labels.values().any(|v| v.contains("pods")))
+        .filter(pods)
         .map(value)
         .sum();
-    let storage = s
-        .samples
-        .iter()
-        .filter(|x| x.metric == "apiserver_storage_list_total")
-        .filter(|x| x.labels.values().any(|v| v.contains("pods")))
-        .map(value)
-        .sum();
-    (cache, storage)
+    let storage = |backend: Option<&str>| -> f64 {
+        s.samples
+            .iter()
+            .filter(|x| x.metric == "apiserver_storage_list_total")
+            .filter(pods)
+            .filter(|x| x.labels.get("storage") == backend)
+            .map(value)
+            .sum()
+    };
+    let cache = old_cache + storage(Some("watchcache"));
+    let etcd = storage(Some("etcd")) + storage(None);
+    (cache, etcd)
 }
 
 fn value(x: &prometheus_parse::Sample) -> f64 {
@@ -612,7 +620,7 @@ impl Bench<'_> {
             let rates: Vec<f64> = scans0
                 .iter()
                 .zip(&scans1)
-                .map(|(a, b)| (b - a) / secs)
+                .map(|((a, ta), (b, tb))| (b - a) / (*tb - *ta).as_secs_f64())
                 .collect();
             let min = rates.iter().cloned().fold(f64::INFINITY, f64::min);
             (min, quantile(&rates, 0.5).unwrap_or(f64::NAN))
@@ -634,15 +642,17 @@ impl Bench<'_> {
         })
     }
 
-    /// `headroom_scan_duration_seconds_count` of every running agent.
-    async fn agent_scans(&self) -> Vec<f64> {
+    /// `headroom_scan_duration_seconds_count` of every running agent, with
+    /// when it was scraped: the scrapes are one after the other, so at large
+    /// N they span seconds and each agent's rate needs its own interval.
+    async fn agent_scans(&self) -> Vec<(f64, Instant)> {
         let mut out = Vec::new();
         for a in &self.agents {
             let v = match a.scrape().await.ok().and_then(|t| parse_metrics(&t).ok()) {
                 Some(s) => metric(&s, "headroom_scan_duration_seconds_count", &[]).unwrap_or(0.0),
                 None => f64::NAN,
             };
-            out.push(v);
+            out.push((v, Instant::now()));
         }
         out
     }
@@ -958,40 +968,41 @@ impl Bench<'_> {
             gens.values().filter(|g| **g > 1).count()
         );
 
-        // Each rep: a managed pod never touched by a rep before goes from
-        // 10m to 60m (3× its request, 2× its limit): the agent raises it.
-        let managed: Vec<&str> = specs
-            .iter()
-            .filter(|s| s.name.starts_with("m1-"))
-            .map(|s| s.name.as_str())
-            .collect();
-        let mut first_patch = Vec::new();
+        // Each rep changes the node's load: even reps fill it (the 15
+        // opted-out pods to 1 CPU each: demand above the 16 CPUs), odd reps
+        // free it again (steady demands). The reaction is the first patch of
+        // any managed pod after the change (a lowering, then a raise); it is
+        // then followed to verified in the agent's log. Between reps the node
+        // settles (no patch for 5 s, bounded).
+        let managed = |n: &str| n.starts_with("m1-") || n.starts_with("m3-");
+        let fillers: Vec<&Spec> = specs.iter().filter(|s| s.kind == Kind::OptedOut).collect();
+        let mut first_patch = [Vec::new(), Vec::new()];
         let mut verified = Vec::new();
         let mut missed = 0;
         for rep in 0..reps {
-            let pod = managed[(rep * 7) % managed.len()];
-            while rx.try_recv().is_ok_and(|(_, n, g)| {
+            while let Ok((_, n, g)) = rx.try_recv() {
                 gens.insert(n, g);
-                true
-            }) {}
-            let base = gens.get(pod).copied().unwrap_or(1);
+            }
+            let fill = rep % 2 == 0;
             let t = Instant::now();
-            sim.set_demand(&ns, pod, 60);
+            for f in &fillers {
+                sim.set_demand(&ns, &f.name, if fill { 1000 } else { f.demand_m });
+            }
             let hit = loop {
                 let left = Duration::from_secs(60).saturating_sub(t.elapsed());
                 match tokio::time::timeout(left, rx.recv()).await {
                     Ok(Some((at, n, g))) => {
-                        gens.insert(n.clone(), g);
-                        if n == pod && g > base {
-                            break Some((at - t, g));
+                        let before = gens.insert(n.clone(), g).unwrap_or(1);
+                        if managed(&n) && g > before {
+                            break Some((at - t, n, g));
                         }
                     }
                     _ => break None,
                 }
             };
             match hit {
-                Some((took, g)) => {
-                    first_patch.push(took.as_secs_f64() * 1000.0);
+                Some((took, pod, g)) => {
+                    first_patch[usize::from(!fill)].push(took.as_secs_f64() * 1000.0);
                     // The agent verifies within a few of its ticks.
                     let bound = Instant::now() + Duration::from_secs(30);
                     loop {
@@ -1008,11 +1019,36 @@ impl Bench<'_> {
                 }
                 None => {
                     missed += 1;
-                    println!("  rep {rep}: no patch of {pod} within 60 s");
+                    println!("  rep {rep}: no managed pod patched within 60 s");
                 }
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+            let settle = Instant::now();
+            let mut quiet = Instant::now();
+            while quiet.elapsed() < Duration::from_secs(5)
+                && settle.elapsed() < Duration::from_secs(90)
+            {
+                if let Ok(Some((_, n, g))) =
+                    tokio::time::timeout(Duration::from_secs(1), rx.recv()).await
+                    && gens.insert(n, g) != Some(g)
+                {
+                    quiet = Instant::now();
+                }
+            }
         }
+        let q = |v: &[f64], x: f64| quantile(v, x).map_or("n/a".into(), |v| format!("{v:.0}"));
+        for (i, what) in ["node filled → first lowering", "node freed → first raise"]
+            .iter()
+            .enumerate()
+        {
+            println!(
+                "  {what} (the patch seen by a watch): p50 {} ms, p99 {} ms, max {} ms over {} reps",
+                q(&first_patch[i], 0.5),
+                q(&first_patch[i], 0.99),
+                q(&first_patch[i], 1.0),
+                first_patch[i].len()
+            );
+        }
+        let first_patch: Vec<f64> = first_patch.concat();
         let q = |v: &[f64], x: f64| quantile(v, x).map_or("n/a".into(), |v| format!("{v:.0}"));
         println!(
             "  load change → first patch (set_demand → the patch seen by a watch): p50 {} ms, \
