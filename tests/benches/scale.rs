@@ -42,7 +42,7 @@
 //! `SCALE_REACTION_NODES` = 50 nodes with agents, `SCALE_REACTION_REPS` =
 //! 10 load changes, alternately filling and freeing the node).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -851,6 +851,26 @@ fn verified_ms(log: &str, pod: &str, generation: i64) -> Option<f64> {
         })
 }
 
+/// Reads pod generations from `rx` into `gens` until none changed for
+/// `quiet` (at most `bound`); returns how long that took.
+async fn wait_quiet(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<(Instant, String, i64)>,
+    gens: &mut BTreeMap<String, i64>,
+    quiet: Duration,
+    bound: Duration,
+) -> Duration {
+    let t0 = Instant::now();
+    let mut last_change = Instant::now();
+    while last_change.elapsed() < quiet && t0.elapsed() < bound {
+        if let Ok(Some((_, n, g))) = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await
+            && gens.insert(n, g) != Some(g)
+        {
+            last_change = Instant::now();
+        }
+    }
+    t0.elapsed()
+}
+
 impl Bench<'_> {
     /// Part 4: a node with the footprint's 250 pods among `SCALE_REACTION_NODES`
     /// (50) nodes with agents on one apiserver, the others churning; load
@@ -950,21 +970,15 @@ impl Bench<'_> {
 
         // Converged: no patch on the hot node for 15 s (bounded).
         let mut gens: BTreeMap<String, i64> = BTreeMap::new();
-        let t0 = Instant::now();
-        let mut last_change = Instant::now();
-        while last_change.elapsed() < Duration::from_secs(15)
-            && t0.elapsed() < Duration::from_secs(300)
-        {
-            if let Ok(Some((_, n, g))) =
-                tokio::time::timeout(Duration::from_secs(1), rx.recv()).await
-                && gens.insert(n, g) != Some(g)
-            {
-                last_change = Instant::now();
-            }
-        }
+        let took = wait_quiet(
+            &mut rx,
+            &mut gens,
+            Duration::from_secs(15),
+            Duration::from_secs(300),
+        )
+        .await;
         println!(
-            "  hot node converged after {:.1?} ({} pods patched at least once)",
-            t0.elapsed(),
+            "  hot node converged after {took:.1?} ({} pods patched at least once)",
             gens.values().filter(|g| **g > 1).count()
         );
 
@@ -974,7 +988,11 @@ impl Bench<'_> {
         // any managed pod after the change (a lowering, then a raise); it is
         // then followed to verified in the agent's log. Between reps the node
         // settles (no patch for 5 s, bounded).
-        let managed = |n: &str| n.starts_with("m1-") || n.starts_with("m3-");
+        let managed: BTreeSet<&str> = specs
+            .iter()
+            .filter(|s| s.kind.managed())
+            .map(|s| s.name.as_str())
+            .collect();
         let fillers: Vec<&Spec> = specs.iter().filter(|s| s.kind == Kind::OptedOut).collect();
         let mut first_patch = [Vec::new(), Vec::new()];
         let mut verified = Vec::new();
@@ -993,7 +1011,7 @@ impl Bench<'_> {
                 match tokio::time::timeout(left, rx.recv()).await {
                     Ok(Some((at, n, g))) => {
                         let before = gens.insert(n.clone(), g).unwrap_or(1);
-                        if managed(&n) && g > before {
+                        if managed.contains(n.as_str()) && g > before {
                             break Some((at - t, n, g));
                         }
                     }
@@ -1022,18 +1040,13 @@ impl Bench<'_> {
                     println!("  rep {rep}: no managed pod patched within 60 s");
                 }
             }
-            let settle = Instant::now();
-            let mut quiet = Instant::now();
-            while quiet.elapsed() < Duration::from_secs(5)
-                && settle.elapsed() < Duration::from_secs(90)
-            {
-                if let Ok(Some((_, n, g))) =
-                    tokio::time::timeout(Duration::from_secs(1), rx.recv()).await
-                    && gens.insert(n, g) != Some(g)
-                {
-                    quiet = Instant::now();
-                }
-            }
+            wait_quiet(
+                &mut rx,
+                &mut gens,
+                Duration::from_secs(5),
+                Duration::from_secs(90),
+            )
+            .await;
         }
         let q = |v: &[f64], x: f64| quantile(v, x).map_or("n/a".into(), |v| format!("{v:.0}"));
         for (i, what) in ["node filled → first lowering", "node freed → first raise"]
