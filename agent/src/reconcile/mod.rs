@@ -22,7 +22,7 @@ use crate::kube::events::{
 use crate::kube::patch::{ContainerLimit, LimitChange};
 use crate::kube::resize;
 use crate::kube::watch::Caches;
-use crate::metrics::{self, Metrics, PatchErrorClass, ResizeResult, ScanErrorKind};
+use crate::metrics::{self, Metrics, ResizeResult, ScanErrorKind};
 use crate::model::{ContainerKind, DeclaredLimits, Millis, PodView, Qos};
 use crate::policy::{Direction, PatchKind, PatchPlan, PolicyConfig, TokenBucket, Unmanaged};
 use crate::slack::{self, CapacityInputs, ContentionAverage, NodeSlack, UsageBasis};
@@ -572,6 +572,9 @@ impl Agent {
         }
         let old = fmt_limit(p.old_total_m);
         let new = fmt_limit(Some(p.new_total_m));
+        if let Some(class) = outcome.error_class() {
+            self.metrics.patch_error(class);
+        }
         match outcome {
             Outcome::Applied => {
                 let generation = pod
@@ -598,7 +601,6 @@ impl Agent {
                 floor_m,
             } => {
                 self.metrics.resize(ResizeResult::refused, dir);
-                self.metrics.patch_error(PatchErrorClass::refused);
                 match floor_m {
                     Some(f) => self.memory.learn_floor(&p.uid, f),
                     None => self.memory.refused(&p.uid, now),
@@ -622,22 +624,18 @@ impl Agent {
                     .await;
             }
             Outcome::NotFound => {
-                self.metrics.patch_error(PatchErrorClass::not_found);
                 self.forget(&p.uid);
             }
             Outcome::Conflict => {
-                self.metrics.patch_error(PatchErrorClass::conflict);
                 let r = self.rand01();
                 self.memory.transient(&p.uid, now, r);
             }
             Outcome::Forbidden(message) => {
-                self.metrics.patch_error(PatchErrorClass::forbidden);
                 self.metrics.resize(ResizeResult::error, dir);
                 let pause = self.memory.forbidden(now);
                 tracing::error!(pod = %view.key(), %message, pause_s = pause.as_secs(), "resize forbidden (RBAC or admission policy): configuration alarm; pausing all patches");
             }
             Outcome::Transient { class, message } => {
-                self.metrics.patch_error(class);
                 self.metrics.resize(ResizeResult::error, dir);
                 let r = self.rand01();
                 let d = self.memory.transient(&p.uid, now, r);
