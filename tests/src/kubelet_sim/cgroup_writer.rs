@@ -112,8 +112,6 @@ pub fn ensure_cgroup(
     )
 }
 
-/// Reads `cpu.max` the way the kernel enforces it: None for `max`, a missing file
-/// or content it would not have accepted.
 /// Reads a file the simulator wrote, but only if it is still a regular file:
 /// tests replace files with FIFOs to attack the agent, and a blocking read
 /// here would hang the simulator (and the test waiting for it to stop). The
@@ -125,6 +123,8 @@ pub fn read_regular(path: &Path) -> Option<String> {
         .and_then(|b| String::from_utf8(b).ok())
 }
 
+/// Reads `cpu.max` the way the kernel enforces it: None for `max`, a missing file
+/// or content it would not have accepted.
 pub fn read_limit_m(dir: &Path) -> Option<f64> {
     let text = read_regular(&dir.join("cpu.max"))?;
     let mut it = text.split_whitespace();

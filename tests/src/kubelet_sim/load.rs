@@ -42,42 +42,7 @@ pub struct PodOut {
 /// node by water-filling on pod weight (CFS gives each runnable group CPU in
 /// proportion to weight, and what a group does not use goes to the others).
 pub fn allocate(pods: &[PodIn], capacity_m: f64) -> Vec<PodOut> {
-    let mut outs: Vec<PodOut> = pods
-        .iter()
-        .map(|p| {
-            let mut cs: Vec<ContainerOut> = p
-                .containers
-                .iter()
-                .map(|c| {
-                    let d = c.demand_m.max(0.0);
-                    let capped = c.limit_m.map_or(d, |l| d.min(l.max(0.0)));
-                    ContainerOut {
-                        demand_m: d,
-                        got_m: capped,
-                        own_throttled_m: d - capped,
-                        pod_throttled_m: 0.0,
-                    }
-                })
-                .collect();
-            let capped: f64 = cs.iter().map(|c| c.got_m).sum();
-            if let Some(l) = p.limit_m
-                && capped > l
-                && capped > 0.0
-            {
-                let k = l.max(0.0) / capped;
-                for c in &mut cs {
-                    let g = c.got_m * k;
-                    c.pod_throttled_m = c.got_m - g;
-                    c.got_m = g;
-                }
-            }
-            PodOut {
-                containers: cs,
-                capped_m: capped,
-            }
-        })
-        .collect();
-
+    let mut outs: Vec<PodOut> = pods.iter().map(quota_capped).collect();
     let wants: Vec<f64> = outs
         .iter()
         .map(|p| p.containers.iter().map(|c| c.got_m).sum())
@@ -96,6 +61,41 @@ pub fn allocate(pods: &[PodIn], capacity_m: f64) -> Vec<PodOut> {
         }
     }
     outs
+}
+
+/// One pod under its own quotas only: each container's, then the pod's, which
+/// scales the containers down in proportion.
+fn quota_capped(p: &PodIn) -> PodOut {
+    let mut cs: Vec<ContainerOut> = p
+        .containers
+        .iter()
+        .map(|c| {
+            let d = c.demand_m.max(0.0);
+            let capped = c.limit_m.map_or(d, |l| d.min(l.max(0.0)));
+            ContainerOut {
+                demand_m: d,
+                got_m: capped,
+                own_throttled_m: d - capped,
+                pod_throttled_m: 0.0,
+            }
+        })
+        .collect();
+    let capped: f64 = cs.iter().map(|c| c.got_m).sum();
+    if let Some(l) = p.limit_m
+        && capped > l
+        && capped > 0.0
+    {
+        let k = l.max(0.0) / capped;
+        for c in &mut cs {
+            let g = c.got_m * k;
+            c.pod_throttled_m = c.got_m - g;
+            c.got_m = g;
+        }
+    }
+    PodOut {
+        containers: cs,
+        capped_m: capped,
+    }
 }
 
 /// Max-min fair share of `capacity` over `wants`, weighted.
@@ -139,20 +139,49 @@ pub fn stall_fraction(c: &ContainerOut, throttle_weight: f64) -> f64 {
     ((contended + throttle_weight * throttled) / c.demand_m).clamp(0.0, 1.0)
 }
 
+/// One busy-or-idle member of a PSI group: its demand and stall fraction.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Member {
+    pub demand_m: f64,
+    pub stall: f64,
+}
+
+/// PSI stall fractions of a cgroup in a tick.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Stall {
+    /// Share of time at least one task stalled.
+    pub some: f64,
+    /// Share of time every busy task stalled.
+    pub full: f64,
+}
+
+impl Stall {
+    /// A single member's stall: some and full are the same.
+    pub fn of_one(stall: f64) -> Stall {
+        Stall {
+            some: stall,
+            full: stall,
+        }
+    }
+}
+
 /// PSI `some`/`full` of a group from its members' stall fractions, members
 /// assumed independent: some = P(at least one stalls), full = P(all busy ones stall).
-pub fn group_stall(members: &[(f64, f64)]) -> (f64, f64) {
+pub fn group_stall(members: &[Member]) -> Stall {
     let busy: Vec<f64> = members
         .iter()
-        .filter(|(d, _)| *d > 0.0)
-        .map(|(_, s)| *s)
+        .filter(|m| m.demand_m > 0.0)
+        .map(|m| m.stall)
         .collect();
     if busy.is_empty() {
-        return (0.0, 0.0);
+        return Stall::default();
     }
     let none = busy.iter().fold(1.0, |acc, s| acc * (1.0 - s));
     let all = busy.iter().fold(1.0, |acc, s| acc * s);
-    (1.0 - none, all)
+    Stall {
+        some: 1.0 - none,
+        full: all,
+    }
 }
 
 /// Running averages like the kernel's avg10/avg60/avg300, as fractions.
@@ -179,6 +208,13 @@ impl Averages {
     }
 }
 
+/// The demand on a finite CFS quota in a tick and the quota's limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuotaLoad {
+    pub load_m: f64,
+    pub limit_m: f64,
+}
+
 /// `cpu.stat` counters and `cpu.pressure` state of one cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct CgroupCounters {
@@ -191,31 +227,31 @@ pub struct CgroupCounters {
 }
 
 impl CgroupCounters {
-    /// One tick: `got_m` ran for `dt_us`; `quota_bound` = (load on this cgroup's
-    /// quota, its limit) when the cgroup has a finite quota.
+    /// One tick: `got_m` ran for `dt_us`; `quota` is the load on this cgroup's
+    /// quota when the cgroup has a finite one.
     pub fn advance(
         &mut self,
         dt_us: f64,
         period_us: f64,
         got_m: f64,
-        quota_load: Option<(f64, f64)>,
-        stall: (f64, f64),
+        quota: Option<QuotaLoad>,
+        stall: Stall,
     ) {
         self.usage_us += got_m / 1000.0 * dt_us;
-        if let Some((load, limit)) = quota_load
-            && load > 0.0
+        if let Some(QuotaLoad { load_m, limit_m }) = quota
+            && load_m > 0.0
             && period_us > 0.0
         {
             let periods = dt_us / period_us;
             self.nr_periods += periods;
-            if load > limit {
+            if load_m > limit_m {
                 self.nr_throttled += periods;
                 // One run queue's view: the share of each period spent throttled.
-                self.throttled_us += dt_us * (1.0 - limit / load).clamp(0.0, 1.0);
+                self.throttled_us += dt_us * (1.0 - limit_m / load_m).clamp(0.0, 1.0);
             }
         }
-        self.some.advance(stall.0, dt_us / 1e6);
-        self.full.advance(stall.1, dt_us / 1e6);
+        self.some.advance(stall.some, dt_us / 1e6);
+        self.full.advance(stall.full, dt_us / 1e6);
     }
 
     /// `cpu.stat` file content (user/system split 9:1).
@@ -309,7 +345,9 @@ mod tests {
         };
         assert!((stall_fraction(&throttled, 0.25) - 0.125).abs() < 1e-9);
         assert!((stall_fraction(&contended, 0.25) - 0.5).abs() < 1e-9);
-        let (some, full) = group_stall(&[(1.0, 0.5), (1.0, 0.5), (0.0, 1.0)]);
+        let member = |demand_m, stall| Member { demand_m, stall };
+        let Stall { some, full } =
+            group_stall(&[member(1.0, 0.5), member(1.0, 0.5), member(0.0, 1.0)]);
         assert!((some - 0.75).abs() < 1e-9 && (full - 0.25).abs() < 1e-9);
     }
 
@@ -321,8 +359,14 @@ mod tests {
                 100_000.0,
                 100_000.0,
                 500.0,
-                Some((800.0, 500.0)),
-                (1.0, 0.5),
+                Some(QuotaLoad {
+                    load_m: 800.0,
+                    limit_m: 500.0,
+                }),
+                Stall {
+                    some: 1.0,
+                    full: 0.5,
+                },
             );
         }
         assert!(c.some.avg10 > 0.99 && c.some.avg300 < c.some.avg60);

@@ -86,9 +86,12 @@ mod driver;
 pub mod faults;
 pub mod layout;
 pub mod load;
+mod node;
 pub mod plan;
+mod pods;
 pub mod resize;
 pub mod status;
+mod tick;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -155,8 +158,27 @@ impl SimConfig {
     }
 }
 
-/// `(namespace, name)` of a pod.
-pub(crate) type PodKey = (String, String);
+/// A pod by namespace and name (ordered by namespace, then name).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct PodKey {
+    pub ns: String,
+    pub name: String,
+}
+
+impl PodKey {
+    pub fn new(ns: &str, name: &str) -> PodKey {
+        PodKey {
+            ns: ns.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for PodKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.ns, self.name)
+    }
+}
 
 /// Demand set by a test for a pod: a pod total and per-container overrides.
 #[derive(Debug, Clone, Default)]
@@ -172,17 +194,13 @@ pub struct SimKubelet {
     task: Option<JoinHandle<()>>,
 }
 
-fn key(ns: &str, name: &str) -> PodKey {
-    (ns.to_string(), name.to_string())
-}
-
 impl SimKubelet {
     /// Registers the Node, writes the kubepods tree and starts watching pods.
     pub async fn start(client: kube::Client, cfg: SimConfig) -> anyhow::Result<SimKubelet> {
-        driver::register_node(&client, &cfg)
+        node::register_node(&client, &cfg)
             .await
             .with_context(|| format!("registering node {}", cfg.node_name))?;
-        driver::write_node_tree(&cfg)
+        node::write_node_tree(&cfg)
             .with_context(|| format!("writing kubepods tree in {}", cfg.cgroup_root.display()))?;
         let shared = Arc::new(driver::Shared::new(cfg));
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -198,7 +216,7 @@ impl SimKubelet {
     /// its Node object was deleted registers it anew. The simulator never
     /// does this by itself: a test deletes and recreates the Node when it wants.
     pub async fn register_node(&self, client: &kube::Client) -> anyhow::Result<()> {
-        driver::register_node(client, &self.shared.cfg)
+        node::register_node(client, &self.shared.cfg)
             .await
             .with_context(|| format!("registering node {}", self.shared.cfg.node_name))
     }
@@ -214,14 +232,18 @@ impl SimKubelet {
     /// Sets a pod's total CPU demand, split evenly over its running containers.
     /// May be called before the pod exists.
     pub fn set_demand(&self, ns: &str, name: &str, millicores: u64) {
-        self.state().demands.entry(key(ns, name)).or_default().pod_m = millicores as f64;
+        self.state()
+            .demands
+            .entry(PodKey::new(ns, name))
+            .or_default()
+            .pod_m = millicores as f64;
     }
 
     /// Sets one container's demand; it overrides that container's even share.
     pub fn set_container_demand(&self, ns: &str, name: &str, container: &str, millicores: u64) {
         self.state()
             .demands
-            .entry(key(ns, name))
+            .entry(PodKey::new(ns, name))
             .or_default()
             .containers
             .insert(container.to_string(), millicores as f64);
@@ -229,7 +251,7 @@ impl SimKubelet {
 
     /// Switches a pod's fault mode (may be called before the pod exists).
     pub fn set_fault(&self, ns: &str, name: &str, fault: Fault) {
-        self.state().faults.insert(key(ns, name), fault);
+        self.state().faults.insert(PodKey::new(ns, name), fault);
     }
 
     /// Writes `value` (e.g. `"20000 100000"`) into the `cpu.max` of the pod cgroup
@@ -267,13 +289,16 @@ impl SimKubelet {
 
     /// Absolute path of a pod's cgroup, once the simulator has created it.
     pub fn pod_cgroup_path(&self, ns: &str, name: &str) -> Option<PathBuf> {
-        self.state().pods.get(&key(ns, name)).map(|p| p.dir.clone())
+        self.state()
+            .pods
+            .get(&PodKey::new(ns, name))
+            .map(|p| p.dir.clone())
     }
 
     /// Absolute path of a running container's cgroup.
     pub fn container_cgroup_path(&self, ns: &str, name: &str, container: &str) -> Option<PathBuf> {
         let st = self.state();
-        let pod = st.pods.get(&key(ns, name))?;
+        let pod = st.pods.get(&PodKey::new(ns, name))?;
         pod.ids
             .get(container)
             .map(|id| pod.container_dir(&self.shared.cfg, id))
@@ -282,13 +307,16 @@ impl SimKubelet {
     /// Absolute path of the pause (sandbox) container's cgroup.
     pub fn pause_cgroup_path(&self, ns: &str, name: &str) -> Option<PathBuf> {
         let st = self.state();
-        let pod = st.pods.get(&key(ns, name))?;
+        let pod = st.pods.get(&PodKey::new(ns, name))?;
         Some(pod.container_dir(&self.shared.cfg, &pod.pause_id))
     }
 
     /// Container name → raw container id, for pods the simulator runs.
     pub fn container_ids(&self, ns: &str, name: &str) -> Option<BTreeMap<String, String>> {
-        self.state().pods.get(&key(ns, name)).map(|p| p.ids.clone())
+        self.state()
+            .pods
+            .get(&PodKey::new(ns, name))
+            .map(|p| p.ids.clone())
     }
 
     /// Stops the watch and tick task and waits for it.
