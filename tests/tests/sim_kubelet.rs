@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod, ResourceRequirements};
 use k8s_openapi::api::node::v1::RuntimeClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, Patch, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -21,6 +22,8 @@ use testkit::control_plane::{ControlPlane, resize};
 use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet, SimLayout, SimRuntime};
 
 const WAIT: Duration = Duration::from_secs(30);
+
+type Quantities = std::collections::BTreeMap<String, Quantity>;
 
 struct Env {
     client: Client,
@@ -76,17 +79,25 @@ impl Env {
 
     /// Waits until the pod is Running with container IDs.
     async fn running(&self, name: &str) -> Pod {
-        let pods = self.pods();
-        eventually("pod Running", || async {
-            let p = pods.get(name).await.ok()?;
-            let st = p.status.as_ref()?;
+        self.wait_pod("pod Running", name, |p| {
+            let Some(st) = p.status.as_ref() else {
+                return false;
+            };
             let ids = st
                 .container_statuses
-                .as_ref()?
-                .iter()
-                .all(|c| c.container_id.is_some());
-            (st.phase.as_deref() == Some("Running") && ids).then_some(p)
+                .as_ref()
+                .is_some_and(|cs| cs.iter().all(|c| c.container_id.is_some()));
+            st.phase.as_deref() == Some("Running") && ids
         })
+        .await
+    }
+
+    /// Pod `name` with one container `c` at cpu 100m/500m; waits until it runs.
+    async fn create_c(&self, name: &str) -> Pod {
+        self.create(
+            name,
+            json!({"containers": [container("c", "100m", Some("500m"))]}),
+        )
         .await
     }
 
@@ -94,10 +105,39 @@ impl Env {
         self.pods().get(name).await.expect("get pod")
     }
 
+    /// Waits until the pod satisfies `ok`.
+    async fn wait_pod(&self, what: &str, name: &str, ok: impl Fn(&Pod) -> bool) -> Pod {
+        let pods = self.pods();
+        eventually(what, || async {
+            let p = pods.get(name).await.ok()?;
+            ok(&p).then_some(p)
+        })
+        .await
+    }
+
     async fn resize(&self, name: &str, patch: Value) {
         resize(&self.pods(), name, &Patch::Strategic(patch), false)
             .await
             .expect("resize admitted");
+    }
+
+    /// Resizes container `c`'s CPU limit.
+    async fn resize_c_limit(&self, name: &str, cpu: &str) {
+        self.resize(
+            name,
+            json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": cpu}}}]}}),
+        )
+        .await
+    }
+
+    /// Container `c`'s cgroup and the pod cgroup.
+    fn c_and_pod_dirs(&self, name: &str) -> (PathBuf, PathBuf) {
+        let c = self
+            .sim
+            .container_cgroup_path(&self.ns, name, "c")
+            .expect("c");
+        let pd = self.sim.pod_cgroup_path(&self.ns, name).expect("pod");
+        (c, pd)
     }
 }
 
@@ -206,42 +246,52 @@ fn container(name: &str, req: &str, lim: Option<&str>) -> Value {
     json!({"name": name, "image": "registry.k8s.io/pause:3.10", "resources": res})
 }
 
-fn status_limit(p: &Pod, c: &str) -> Option<String> {
-    let cs = p
-        .status
+fn container_status<'a>(p: &'a Pod, c: &str) -> Option<&'a ContainerStatus> {
+    p.status
         .as_ref()?
         .container_statuses
         .as_ref()?
         .iter()
-        .find(|s| s.name == c)?;
-    Some(
-        cs.resources
-            .as_ref()?
-            .limits
-            .as_ref()?
-            .get("cpu")?
-            .0
-            .clone(),
-    )
+        .find(|s| s.name == c)
+}
+
+/// `status.containerStatuses[c].resources.<field>.cpu`.
+fn status_cpu(
+    p: &Pod,
+    c: &str,
+    field: fn(&ResourceRequirements) -> Option<&Quantities>,
+) -> Option<String> {
+    let res = container_status(p, c)?.resources.as_ref()?;
+    Some(field(res)?.get("cpu")?.0.clone())
+}
+
+fn status_limit(p: &Pod, c: &str) -> Option<String> {
+    status_cpu(p, c, |r| r.limits.as_ref())
 }
 
 fn status_request(p: &Pod, c: &str) -> Option<String> {
-    let cs = p
-        .status
-        .as_ref()?
-        .container_statuses
-        .as_ref()?
-        .iter()
-        .find(|s| s.name == c)?;
-    Some(
-        cs.resources
-            .as_ref()?
-            .requests
-            .as_ref()?
-            .get("cpu")?
-            .0
-            .clone(),
-    )
+    status_cpu(p, c, |r| r.requests.as_ref())
+}
+
+/// `status.resources.limits.cpu` (pod-level).
+fn status_pod_limit(p: &Pod) -> Option<String> {
+    let limits = p.status.as_ref()?.resources.as_ref()?.limits.as_ref()?;
+    Some(limits.get("cpu")?.0.clone())
+}
+
+/// `allocatedResources.cpu` of container `c`.
+fn allocated_cpu(p: &Pod, c: &str) -> Option<String> {
+    let alloc = container_status(p, c)?.allocated_resources.as_ref()?;
+    Some(alloc.get("cpu")?.0.clone())
+}
+
+fn observed_generation(p: &Pod) -> Option<i64> {
+    p.status.as_ref()?.observed_generation
+}
+
+/// The resize to generation 2 is over: observed and no condition left.
+fn resized_once(p: &Pod) -> bool {
+    observed_generation(p) == Some(2) && resize_condition(p).is_none()
 }
 
 /// `(observedGeneration of PodResizeInProgress)` if the condition is there.
@@ -366,23 +416,10 @@ async fn pod_runs_with_container_ids_and_cgroups_in_each_layout() {
         // Status: resources and allocatedResources per container.
         assert_eq!(status_limit(&pod, "a").as_deref(), Some("500m"));
         assert_eq!(status_request(&pod, "b").as_deref(), Some("50m"));
-        let cs = &pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.clone())
-            .expect("cs")[0];
-        assert_eq!(
-            cs.allocated_resources
-                .as_ref()
-                .and_then(|r| r.get("cpu"))
-                .map(|q| q.0.as_str()),
-            Some("100m")
-        );
+        assert_eq!(allocated_cpu(&pod, "a").as_deref(), Some("100m"));
+        let cs = container_status(&pod, "a").expect("status of a");
         assert!(cs.state.as_ref().and_then(|s| s.running.as_ref()).is_some());
-        assert_eq!(
-            pod.status.as_ref().and_then(|s| s.observed_generation),
-            Some(1)
-        );
+        assert_eq!(observed_generation(&pod), Some(1));
         env.sim.stop().await;
     }
 }
@@ -454,25 +491,12 @@ async fn pod_level_limit_and_runtime_class_overhead_reach_pod_cpu_max() {
     wait_file(pd.join("cpu.max"), "85000 100000").await;
     wait_file(a.join("cpu.max"), "80000 100000").await;
     assert_eq!(read(&b.join("cpu.max")), "40000 100000\n");
-    let p = eventually("pod-level status", || async {
-        let p = env.pods().get("p").await.ok()?;
-        let lim = p
-            .status
-            .as_ref()?
-            .resources
-            .as_ref()?
-            .limits
-            .as_ref()?
-            .get("cpu")?
-            .0
-            .clone();
-        (lim == "800m").then_some(p)
-    })
-    .await;
-    assert_eq!(
-        p.status.as_ref().and_then(|s| s.observed_generation),
-        Some(2)
-    );
+    let p = env
+        .wait_pod("pod-level status", "p", |p| {
+            status_pod_limit(p).as_deref() == Some("800m")
+        })
+        .await;
+    assert_eq!(observed_generation(&p), Some(2));
 }
 
 /// Every distinct (limit in status, condition generation, observedGeneration) the
@@ -482,13 +506,8 @@ type Phase = (Option<String>, Option<i64>, Option<i64>);
 #[tokio::test]
 async fn resize_lands_in_cpu_max_then_status_with_the_condition_sequence() {
     let env = Env::start("sim-resize", |_| {}).await;
-    env.create(
-        "r",
-        json!({"containers": [container("c", "100m", Some("500m"))]}),
-    )
-    .await;
-    let c = env.sim.container_cgroup_path(&env.ns, "r", "c").expect("c");
-    let pd = env.sim.pod_cgroup_path(&env.ns, "r").expect("pod");
+    env.create_c("r").await;
+    let (c, pd) = env.c_and_pod_dirs("r");
 
     // Record every version of the pod the apiserver hands out.
     let wc = watcher::Config::default().fields("metadata.name=r");
@@ -499,7 +518,7 @@ async fn resize_lands_in_cpu_max_then_status_with_the_condition_sequence() {
             let ph = (
                 status_limit(&p, "c"),
                 resize_condition(&p),
-                p.status.as_ref().and_then(|s| s.observed_generation),
+                observed_generation(&p),
             );
             if phases.last() != Some(&ph) {
                 phases.push(ph.clone());
@@ -510,11 +529,7 @@ async fn resize_lands_in_cpu_max_then_status_with_the_condition_sequence() {
         }
         phases
     });
-    env.resize(
-        "r",
-        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "800m"}}}]}}),
-    )
-    .await;
+    env.resize_c_limit("r", "800m").await;
     wait_file(c.join("cpu.max"), "80000 100000").await;
     wait_file(pd.join("cpu.max"), "80000 100000").await;
     let phases = tokio::time::timeout(WAIT, seen)
@@ -540,23 +555,13 @@ async fn resize_lands_in_cpu_max_then_status_with_the_condition_sequence() {
 #[tokio::test]
 async fn never_apply_then_stale_status_hold_each_phase_until_cleared() {
     let env = Env::start("sim-hold", |_| {}).await;
-    env.create(
-        "h",
-        json!({"containers": [container("c", "100m", Some("500m"))]}),
-    )
-    .await;
-    let c = env.sim.container_cgroup_path(&env.ns, "h", "c").expect("c");
+    env.create_c("h").await;
+    let (c, _) = env.c_and_pod_dirs("h");
     env.sim.set_fault(&env.ns, "h", Fault::NeverApply);
-    env.resize(
-        "h",
-        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "700m"}}}]}}),
-    )
-    .await;
-    let p = eventually("condition", || async {
-        let p = env.pods().get("h").await.ok()?;
-        (resize_condition(&p) == Some(2)).then_some(p)
-    })
-    .await;
+    env.resize_c_limit("h", "700m").await;
+    let p = env
+        .wait_pod("condition", "h", |p| resize_condition(p) == Some(2))
+        .await;
     // Acknowledged but not applied: cgroup and status keep 500m.
     assert_eq!(read(&c.join("cpu.max")), "50000 100000\n");
     assert_eq!(status_limit(&p, "c").as_deref(), Some("500m"));
@@ -573,32 +578,22 @@ async fn never_apply_then_stale_status_hold_each_phase_until_cleared() {
     assert_eq!(resize_condition(&p), Some(2));
     // observedGeneration moves with PodResizeInProgress, as on a real kubelet
     // (docs/kubelet-behaviour.md §3): only the condition says "not done".
-    assert_eq!(
-        p.status.as_ref().and_then(|s| s.observed_generation),
-        Some(2)
-    );
+    assert_eq!(observed_generation(&p), Some(2));
 
     env.sim.set_fault(&env.ns, "h", Fault::None);
-    let p = eventually("status catches up", || async {
-        let p = env.pods().get("h").await.ok()?;
-        (status_limit(&p, "c").as_deref() == Some("700m")).then_some(p)
-    })
-    .await;
+    let p = env
+        .wait_pod("status catches up", "h", |p| {
+            status_limit(p, "c").as_deref() == Some("700m")
+        })
+        .await;
     assert_eq!(resize_condition(&p), None);
-    assert_eq!(
-        p.status.as_ref().and_then(|s| s.observed_generation),
-        Some(2)
-    );
+    assert_eq!(observed_generation(&p), Some(2));
 }
 
 #[tokio::test]
 async fn wrong_value_writes_the_given_cpu_max_and_reports_it_read_back() {
     let env = Env::start("sim-wrong", |_| {}).await;
-    env.create(
-        "w",
-        json!({"containers": [container("c", "100m", Some("500m"))]}),
-    )
-    .await;
+    env.create_c("w").await;
     env.sim.set_fault(
         &env.ns,
         "w",
@@ -607,49 +602,25 @@ async fn wrong_value_writes_the_given_cpu_max_and_reports_it_read_back() {
             cpu_max: "11000 100000".into(),
         },
     );
-    env.resize(
-        "w",
-        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "101m"}}}]}}),
-    )
-    .await;
-    let c = env.sim.container_cgroup_path(&env.ns, "w", "c").expect("c");
-    let pd = env.sim.pod_cgroup_path(&env.ns, "w").expect("pod");
+    env.resize_c_limit("w", "101m").await;
+    let (c, pd) = env.c_and_pod_dirs("w");
     wait_file(c.join("cpu.max"), "11000 100000").await;
     // The default layout is kind's (systemd driver): the pod slice's quota
     // goes through systemd and is rounded up to 10 ms/s, 101m → 11000.
     wait_file(pd.join("cpu.max"), "11000 100000").await;
-    let p = eventually("status", || async {
-        let p = env.pods().get("w").await.ok()?;
-        (p.status.as_ref()?.observed_generation == Some(2) && resize_condition(&p).is_none())
-            .then_some(p)
-    })
-    .await;
+    let p = env.wait_pod("status", "w", resized_once).await;
     assert_eq!(status_limit(&p, "c").as_deref(), Some("110m"));
 }
 
 #[tokio::test]
 async fn pod_only_updates_the_pod_cgroup_and_not_the_container() {
     let env = Env::start("sim-podonly", |_| {}).await;
-    env.create(
-        "o",
-        json!({"containers": [container("c", "100m", Some("500m"))]}),
-    )
-    .await;
+    env.create_c("o").await;
     env.sim.set_fault(&env.ns, "o", Fault::PodOnly);
-    env.resize(
-        "o",
-        json!({"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "900m"}}}]}}),
-    )
-    .await;
-    let c = env.sim.container_cgroup_path(&env.ns, "o", "c").expect("c");
-    let pd = env.sim.pod_cgroup_path(&env.ns, "o").expect("pod");
+    env.resize_c_limit("o", "900m").await;
+    let (c, pd) = env.c_and_pod_dirs("o");
     wait_file(pd.join("cpu.max"), "90000 100000").await;
-    let p = eventually("status says done", || async {
-        let p = env.pods().get("o").await.ok()?;
-        (p.status.as_ref()?.observed_generation == Some(2) && resize_condition(&p).is_none())
-            .then_some(p)
-    })
-    .await;
+    let p = env.wait_pod("status says done", "o", resized_once).await;
     assert_eq!(status_limit(&p, "c").as_deref(), Some("900m"));
     assert_eq!(read(&c.join("cpu.max")), "50000 100000\n");
 }
@@ -659,37 +630,17 @@ async fn under_report_requests_lowers_status_requests_only() {
     let env = Env::start("sim-under", |_| {}).await;
     env.sim
         .set_fault(&env.ns, "u", Fault::UnderReportRequests { factor: 0.79 });
-    let p = env
-        .create(
-            "u",
-            json!({"containers": [container("c", "100m", Some("500m"))]}),
-        )
-        .await;
+    let p = env.create_c("u").await;
     assert_eq!(status_request(&p, "c").as_deref(), Some("79m"));
-    let cs = &p
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.clone())
-        .expect("cs")[0];
-    assert_eq!(
-        cs.allocated_resources
-            .as_ref()
-            .and_then(|r| r.get("cpu"))
-            .map(|q| q.0.as_str()),
-        Some("100m")
-    );
+    assert_eq!(allocated_cpu(&p, "c").as_deref(), Some("100m"));
 }
 
 #[tokio::test]
 async fn usage_and_throttling_follow_demand_against_the_limit() {
     // A 10 ms CFS period gives many periods per second, hence precise rates.
     let env = Env::start("sim-load", |c| c.period_us = 10_000).await;
-    env.create(
-        "l",
-        json!({"containers": [container("c", "100m", Some("500m"))]}),
-    )
-    .await;
-    let c = env.sim.container_cgroup_path(&env.ns, "l", "c").expect("c");
+    env.create_c("l").await;
+    let (c, pd) = env.c_and_pod_dirs("l");
 
     env.sim.set_demand(&env.ns, "l", 200);
     let (rate, before, after) = rate_m(&c, 100).await;
@@ -716,7 +667,6 @@ async fn usage_and_throttling_follow_demand_against_the_limit() {
     assert!((rate - 200.0).abs() < 10.0, "rate {rate}");
 
     // The pod cgroup and kubepods aggregate the container.
-    let pd = env.sim.pod_cgroup_path(&env.ns, "l").expect("pod");
     let kp = env.sim.kubepods_path();
     assert!(stat(&pd)["usage_usec"] > 0);
     assert!(stat(&kp)["usage_usec"] >= stat(&pd)["usage_usec"]);
@@ -770,11 +720,7 @@ async fn pressure_rises_when_total_demand_exceeds_capacity() {
 #[tokio::test]
 async fn pod_deletion_removes_the_cgroup_and_the_pod() {
     let env = Env::start("sim-delete", |_| {}).await;
-    env.create(
-        "d",
-        json!({"containers": [container("c", "100m", Some("500m"))]}),
-    )
-    .await;
+    env.create_c("d").await;
     let pd = env.sim.pod_cgroup_path(&env.ns, "d").expect("pod");
     assert!(pd.is_dir());
     env.pods()
