@@ -212,22 +212,22 @@ mod tests {
 
     #[test]
     fn container_names_per_runtime_and_driver() {
-        assert_eq!(
-            SimLayout::Kind.container_dir_name(SimRuntime::Containerd, "ab"),
-            "cri-containerd-ab.scope"
-        );
-        assert_eq!(
-            SimLayout::Cgroupfs.container_dir_name(SimRuntime::Containerd, "ab"),
-            "ab"
-        );
-        assert_eq!(
-            SimLayout::Systemd.container_dir_name(SimRuntime::Crio, "ab"),
-            "crio-ab.scope"
-        );
-        assert_eq!(
-            SimLayout::Cgroupfs.container_dir_name(SimRuntime::Crio, "ab"),
-            "crio-ab"
-        );
+        for (layout, runtime, want) in [
+            (
+                SimLayout::Kind,
+                SimRuntime::Containerd,
+                "cri-containerd-ab.scope",
+            ),
+            (SimLayout::Cgroupfs, SimRuntime::Containerd, "ab"),
+            (SimLayout::Systemd, SimRuntime::Crio, "crio-ab.scope"),
+            (SimLayout::Cgroupfs, SimRuntime::Crio, "crio-ab"),
+        ] {
+            assert_eq!(
+                layout.container_dir_name(runtime, "ab"),
+                want,
+                "{layout:?} {runtime:?}"
+            );
+        }
         assert_eq!(
             SimLayout::Systemd
                 .conmon_dir_name(SimRuntime::Crio, "ab")
