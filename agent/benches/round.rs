@@ -16,9 +16,9 @@ use headroom::model::{
     ContainerKind, ContainerSpec, ContainerState, PodView, Qos, ResizePolicy, ResizeState,
     Resources,
 };
+use headroom::node_slack::{self, CapacityInputs};
 use headroom::policy::{PolicyConfig, TokenBucket, plan};
 use headroom::reconcile::observe_round;
-use headroom::slack::{self, CapacityInputs};
 
 fn write(dir: &Path, cpu_max: &str, usage: u64) {
     std::fs::create_dir_all(dir).unwrap();
@@ -124,8 +124,8 @@ fn bench(c: &mut Criterion) {
         let layout = cgroup::discover(t.path()).unwrap();
         let prev = cgroup::scan(t.path(), &layout, 0).unwrap();
         let cur = cgroup::scan(t.path(), &layout, 1_000_000).unwrap();
-        let s = slack::measure(&prev, &cur, cap);
-        let round = |s: &slack::NodeSlack| {
+        let s = node_slack::measure(&prev, &cur, cap);
+        let round = |s: &node_slack::NodeSlack| {
             let r = observe_round(
                 "n",
                 &views,
@@ -155,7 +155,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 at += 1_000_000;
                 let light = cgroup::rescan(t.path(), &cur, at, |_| Depth::Stat).unwrap();
-                let s = slack::measure(&cur, &light, cap);
+                let s = node_slack::measure(&cur, &light, cap);
                 black_box(round(&s))
             })
         });
@@ -164,7 +164,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 at += 1_000_000;
                 let full = cgroup::scan(t.path(), &layout, at).unwrap();
-                let s = slack::measure(&cur, &full, cap);
+                let s = node_slack::measure(&cur, &full, cap);
                 black_box(round(&s))
             })
         });

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use headroom::cgroup::{self, ContainerRole, CpuMax, Driver, PodCgroup, Runtime};
 use headroom::model::{Millis, PodView};
-use headroom::slack::{self, CapacityInputs, CapacitySource};
+use headroom::node_slack::{self, CapacityInputs, CapacitySource};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 fn fixtures_dir() -> PathBuf {
@@ -303,7 +303,7 @@ fn slack_reads_capacity_from_each_fixture() {
             node_allocatable_m: Some(alloc_m),
             online_cpus: 64,
         };
-        let s = slack::measure(&a, &b, cap);
+        let s = node_slack::measure(&a, &b, cap);
         // Same bytes twice: nothing used, all capacity is slack.
         assert_eq!(s.usage_m, 0, "{}", f.name);
         assert_eq!(s.slack_m, s.capacity_m, "{}", f.name);

@@ -4,7 +4,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(s) = std::str::from_utf8(data)
-        && let Some(n) = headroom::slack::cpu_list_len(s)
+        && let Some(n) = headroom::node_slack::cpu_list_len(s)
     {
         assert!(n > 0);
     }

@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = v.cpu_request();
     let _ = v.container_cpu_requests();
-    let _ = headroom::reconcile::booked_request(&v);
+    let _ = headroom::node_slack::booked_request(&v);
     for period in [1_000, 100_000, 1_000_000] {
         let _ = headroom::verify::expected_cpu_max(&v, period);
     }

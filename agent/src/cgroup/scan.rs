@@ -117,7 +117,7 @@ pub fn rescan(
             (Ok(_), Err(e)) => Err(e.clone()),
         };
         // Container throttling too: it is part of the stall the pod's own
-        // quota explains (see `slack::Stall`).
+        // quota explains (see `node_slack::Stall`).
         let mut containers = p.containers.clone();
         for c in &mut containers {
             r.path = root.join(&c.path);

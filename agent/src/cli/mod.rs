@@ -8,13 +8,13 @@ use std::time::Duration;
 pub mod explain;
 pub mod plan;
 pub mod run;
-pub mod slack;
+pub mod slack_cmd;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Sample the node's cgroups twice and print capacity, usage, real slack
     /// and every pod's CPU limits as the cgroups hold them.
-    Slack(slack::Args),
+    Slack(slack_cmd::Args),
     /// Run the node agent: resize opted-in pods of this node, verify cgroups,
     /// serve metrics.
     Run(run::Args),
@@ -27,7 +27,7 @@ pub enum Command {
 
 pub fn dispatch(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
-        Command::Slack(a) => slack::run(a),
+        Command::Slack(a) => slack_cmd::run(a),
         Command::Run(a) => run::run(a),
         Command::Explain(a) => explain::run(a),
         Command::Plan(a) => plan::run(a),
@@ -111,17 +111,17 @@ pub(crate) fn stateless_round(
     cgroup_root: &std::path::Path,
     opted: &std::collections::HashSet<String>,
     policy: &headroom::policy::PolicyConfig,
-) -> (headroom::slack::NodeSlack, headroom::reconcile::Round) {
+) -> (headroom::node_slack::NodeSlack, headroom::reconcile::Round) {
+    use headroom::node_slack::{self, CapacityInputs};
     use headroom::reconcile::{mark_roles, observe_round};
-    use headroom::slack::{self, CapacityInputs};
     mark_roles(&mut prev.pods, views);
     mark_roles(&mut cur.pods, views);
-    let s = slack::measure(
+    let s = node_slack::measure(
         &prev,
         &cur,
         CapacityInputs {
             node_allocatable_m: allocatable,
-            online_cpus: slack::online_cpus_at(cgroup_root),
+            online_cpus: node_slack::online_cpus_at(cgroup_root),
         },
     );
     let round = observe_round(

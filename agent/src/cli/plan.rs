@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use headroom::cgroup;
 use headroom::model::PodView;
+use headroom::node_slack::{CapacitySource, NodeSlack, booked_request};
 use headroom::policy::{Decision, PatchPlan, TokenBucket};
-use headroom::reconcile::{Round, booked_request};
-use headroom::slack::{CapacitySource, NodeSlack};
+use headroom::reconcile::Round;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 

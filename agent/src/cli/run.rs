@@ -197,7 +197,7 @@ async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
         drift_grace: a.drift_grace,
         event_interval: a.event_interval,
     };
-    let mut agent = Agent::new(settings, layout, caches, client, metrics);
+    let mut agent = Agent::with_client(settings, layout, caches, client, metrics);
     let mut inotify = match CgroupWatch::new(&a.cgroup_root) {
         Ok(w) => Some(w),
         Err(e) => {

@@ -3,8 +3,6 @@
 //! reveals one, a floor), conflicts, vanished pods, RBAC/admission denials,
 //! and transient errors to back off from.
 
-use std::time::Duration;
-
 use crate::metrics::PatchErrorClass;
 use crate::model::Millis;
 use crate::quantity;
@@ -208,13 +206,6 @@ fn invalid_value(msg: &str) -> Option<Millis> {
     quantity::cpu_millis(q).ok()
 }
 
-/// Exponential backoff with full jitter: a random delay in [base, cap·2^n].
-pub fn backoff(attempt: u32, base: Duration, cap: Duration, rand01: f64) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.min(16));
-    let hi = exp.min(cap).max(base);
-    base + (hi - base).mul_f64(rand01.clamp(0.0, 1.0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,18 +348,5 @@ mod tests {
         let want: Vec<Option<PatchErrorClass>> = PatchErrorClass::ALL.map(Some).to_vec();
         assert_eq!(reached, want);
         assert_eq!(Outcome::Applied.error_class(), None);
-    }
-
-    #[test]
-    fn backoff_stays_within_bounds() {
-        let base = Duration::from_millis(500);
-        let cap = Duration::from_secs(60);
-        for attempt in 0..40 {
-            for r in [0.0, 0.5, 1.0] {
-                let d = backoff(attempt, base, cap, r);
-                assert!(d >= base && d <= cap, "{attempt} {r} {d:?}");
-            }
-        }
-        assert!(backoff(3, base, cap, 1.0) > backoff(1, base, cap, 1.0));
     }
 }

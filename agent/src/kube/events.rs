@@ -3,10 +3,12 @@
 //! flapping pod cannot flood the apiserver.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+pub use kube::runtime::events::EventType;
+use kube::runtime::events::{Event, Recorder, Reporter};
 
 use crate::model::PodView;
 
@@ -80,20 +82,40 @@ pub fn pod_reference(pod: &PodView) -> ObjectReference {
     }
 }
 
-/// Sends events through kube-runtime's recorder (events.k8s.io/v1).
-pub struct EventSink {
-    recorder: Recorder,
+/// Where Events go: kube-runtime's [`Recorder`] (events.k8s.io/v1) in the
+/// agent, a list in tests.
+pub trait EventApi {
+    fn publish(
+        &self,
+        event: &Event,
+        regarding: &ObjectReference,
+    ) -> impl Future<Output = Result<(), kube::Error>>;
+}
+
+impl EventApi for Recorder {
+    async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
+        Recorder::publish(self, event, regarding).await
+    }
+}
+
+/// Rate-limits Events per pod and reason, then hands them to an [`EventApi`].
+pub struct EventSink<R = Recorder> {
+    recorder: R,
     limiter: EventLimiter,
 }
 
-impl EventSink {
-    pub fn new(client: kube::Client, node_name: &str, interval: Duration) -> Self {
-        let reporter = Reporter {
-            controller: "headroom-agent".into(),
-            instance: Some(node_name.to_string()),
-        };
+/// Who the agent's Events say they come from.
+pub fn reporter(node_name: &str) -> Reporter {
+    Reporter {
+        controller: "headroom-agent".into(),
+        instance: Some(node_name.to_string()),
+    }
+}
+
+impl<R: EventApi> EventSink<R> {
+    pub fn with_recorder(recorder: R, interval: Duration) -> Self {
         Self {
-            recorder: Recorder::new(client, reporter),
+            recorder,
             limiter: EventLimiter::new(interval, 20),
         }
     }
@@ -103,7 +125,7 @@ impl EventSink {
     pub async fn publish(
         &mut self,
         pod: &PodView,
-        warning: bool,
+        type_: EventType,
         reason: &'static str,
         note: String,
         now: Duration,
@@ -113,11 +135,7 @@ impl EventSink {
             return false;
         }
         let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
+            type_,
             reason: reason.into(),
             note: Some(truncate(note, 1000)),
             action: "Resize".into(),

@@ -5,5 +5,6 @@ pub mod classify;
 pub mod events;
 pub mod owner;
 pub mod patch;
+pub mod pods;
 pub mod resize;
 pub mod watch;

@@ -28,7 +28,7 @@ pub mod config;
 pub mod eligibility;
 pub mod floors;
 pub mod hysteresis;
-pub mod slack;
+pub mod slack_formula;
 pub mod split;
 pub mod waterfill;
 
@@ -56,7 +56,7 @@ pub struct NodeInputs<'a> {
     /// kubepods CPU usage over the last interval.
     pub kubepods_usage_m: Millis,
     /// kubepods CPU stall: what throttling explains and the contention.
-    pub stall: slack::StallInputs,
+    pub stall: slack_formula::StallInputs,
     /// Cluster admits resizes of pods with pod-level resources; `None` = not probed.
     pub pod_level_resize_supported: Option<bool>,
 }
@@ -149,7 +149,7 @@ pub struct NodeDecision {
     pub managed_within_request_m: Millis,
     /// Slack before damping (may be negative).
     pub raw_slack_m: i64,
-    pub stall: slack::StallInputs,
+    pub stall: slack_formula::StallInputs,
     pub damping_factor: f64,
     /// Slack handed out: `max(raw, 0) × damping`.
     pub slack_m: Millis,
@@ -285,7 +285,7 @@ pub fn decide(
     // Pods held only while a resize is in flight stay in the slack
     // accounting as managed: moving their burst into "other" usage for those
     // ticks would shrink everyone's slack and make the node oscillate.
-    let usages: Vec<slack::ManagedUsage> = managed
+    let usages: Vec<slack_formula::ManagedUsage> = managed
         .iter()
         .map(|m| m.index)
         .chain(
@@ -297,20 +297,20 @@ pub fn decide(
         )
         .map(|i| {
             let p = &pods[i];
-            slack::ManagedUsage {
+            slack_formula::ManagedUsage {
                 usage_m: p.usage_m,
                 request_m: p.pod.cpu_request(),
             }
         })
         .collect();
-    let raw = slack::raw_slack(
+    let raw = slack_formula::raw_slack(
         node.capacity_m,
         cfg.reserve_m,
         node.kubepods_usage_m,
         &usages,
     );
-    let damping = slack::damping(node.stall.contention_pct, cfg);
-    let slack_m = slack::damped(raw.raw_slack_m, damping);
+    let damping = slack_formula::damping(node.stall.contention_pct, cfg);
+    let slack_m = slack_formula::damped(raw.raw_slack_m, damping);
 
     // Fill in uid order so ties do not depend on the caller's order.
     let mut order: Vec<usize> = (0..managed.len()).collect();

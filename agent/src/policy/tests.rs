@@ -606,7 +606,7 @@ fn node(capacity_m: Millis, usage_m: Millis, psi: f64) -> NodeInputs<'static> {
         node_name: NODE,
         capacity_m,
         kubepods_usage_m: usage_m,
-        stall: slack::StallInputs {
+        stall: slack_formula::StallInputs {
             some_pct: psi,
             throttling_pct: 0.0,
             contention_pct: psi,

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::kube::classify::backoff;
 use crate::model::{DeclaredLimits, Millis};
 use crate::policy::PodMemory;
 
@@ -23,6 +22,37 @@ const CAP: Duration = Duration::from_secs(120);
 /// A 403 stops all patching for this long (then one try, doubling).
 const FORBIDDEN_BASE: Duration = Duration::from_secs(30);
 const FORBIDDEN_CAP: Duration = Duration::from_secs(600);
+
+/// Exponential backoff with full jitter: a random delay in [base, cap·2^n].
+pub fn backoff(attempt: u32, base: Duration, cap: Duration, rand01: f64) -> Duration {
+    let exp = base.saturating_mul(1u32 << attempt.min(16));
+    let hi = exp.min(cap).max(base);
+    base + (hi - base).mul_f64(rand01.clamp(0.0, 1.0))
+}
+
+/// xorshift64: the jitter of [`backoff`], no crate needed. Deterministic
+/// for a seed, so a test can replay it.
+#[derive(Debug, Clone)]
+pub struct Jitter(u64);
+
+impl Jitter {
+    /// A zero seed would stay zero; it is replaced.
+    pub fn new(seed: u64) -> Self {
+        Self(if seed == 0 {
+            0x9E37_79B9_7F4A_7C15
+        } else {
+            seed
+        })
+    }
+
+    /// The next value in [0, 1).
+    pub fn next01(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct Memory {
@@ -117,6 +147,30 @@ mod tests {
     use super::*;
 
     const S: fn(u64) -> Duration = Duration::from_secs;
+
+    #[test]
+    fn backoff_stays_within_bounds() {
+        let base = Duration::from_millis(500);
+        let cap = Duration::from_secs(60);
+        for attempt in 0..40 {
+            for r in [0.0, 0.5, 1.0] {
+                let d = backoff(attempt, base, cap, r);
+                assert!(d >= base && d <= cap, "{attempt} {r} {d:?}");
+            }
+        }
+        assert!(backoff(3, base, cap, 1.0) > backoff(1, base, cap, 1.0));
+    }
+
+    #[test]
+    fn jitter_is_in_the_unit_interval_and_replays_from_its_seed() {
+        let mut a = Jitter::new(7);
+        let mut b = Jitter::new(7);
+        let xs: Vec<f64> = (0..1000).map(|_| a.next01()).collect();
+        assert!(xs.iter().all(|x| (0.0..1.0).contains(x)));
+        assert!(xs.iter().any(|x| *x > 0.5) && xs.iter().any(|x| *x < 0.5));
+        assert_eq!(xs, (0..1000).map(|_| b.next01()).collect::<Vec<_>>());
+        assert!(Jitter::new(0).next01() > 0.0, "a zero seed is replaced");
+    }
 
     #[test]
     fn transient_failures_back_off_and_grow() {

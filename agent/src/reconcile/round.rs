@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::model::{DeclaredLimits, Millis, PodView};
+use crate::node_slack::NodeSlack;
 use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
-use crate::slack::NodeSlack;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Round {
@@ -17,7 +17,7 @@ pub struct Round {
 
 /// Runs the policy over this node's pods with the measured slack;
 /// `contention_pct` is the slack's contention as the caller smooths it
-/// ([`crate::slack::ContentionAverage`]).
+/// ([`crate::node_slack::ContentionAverage`]).
 #[allow(clippy::too_many_arguments)]
 pub fn observe_round(
     node_name: &str,
@@ -58,7 +58,7 @@ pub fn observe_round(
         node_name,
         capacity_m: slack.capacity_m,
         kubepods_usage_m: slack.usage_m,
-        stall: policy::slack::StallInputs {
+        stall: policy::slack_formula::StallInputs {
             some_pct: slack.stall.map_or(0.0, |s| s.some_pct),
             throttling_pct: slack.stall.map_or(0.0, |s| s.throttling_pct),
             contention_pct,

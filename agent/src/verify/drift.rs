@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::model::ResizeState;
+use crate::policy::Direction;
 use crate::verify::compare::{Mismatch, Target};
 
 /// Default time a mismatch must outlive before it counts as drift, and a
@@ -230,6 +231,7 @@ pub enum ResizeOutcome {
 #[derive(Debug, Clone)]
 struct Inflight {
     generation: i64,
+    direction: Direction,
     sent_at: Duration,
     done_at: Option<Duration>,
     first_match: Option<Duration>,
@@ -270,13 +272,15 @@ impl ResizeTracker {
         }
     }
 
-    /// A resize patch was accepted; its response carried `generation`. A
-    /// newer patch of the same pod replaces an older one in flight.
-    pub fn patched(&mut self, uid: &str, generation: i64, sent_at: Duration) {
+    /// A resize patch (raising or lowering the limit: `direction`) was
+    /// accepted; its response carried `generation`. A newer patch of the
+    /// same pod replaces an older one in flight.
+    pub fn patched(&mut self, uid: &str, generation: i64, direction: Direction, sent_at: Duration) {
         self.inflight.insert(
             uid.to_string(),
             Inflight {
                 generation,
+                direction,
                 sent_at,
                 done_at: None,
                 first_match: None,
@@ -327,6 +331,16 @@ impl ResizeTracker {
     /// Generation of the resize in flight for `uid`, if any.
     pub fn generation(&self, uid: &str) -> Option<i64> {
         self.inflight.get(uid).map(|r| r.generation)
+    }
+
+    /// Direction of the resize in flight for `uid`, if any.
+    pub fn direction(&self, uid: &str) -> Option<Direction> {
+        self.inflight.get(uid).map(|r| r.direction)
+    }
+
+    /// Pods (uids) with a resize in flight.
+    pub fn uids(&self) -> impl Iterator<Item = &String> {
+        self.inflight.keys()
     }
 
     /// The pod is gone: nothing to verify.
@@ -498,7 +512,7 @@ mod tests {
     #[test]
     fn match_after_done_verifies_with_latency_from_send() {
         let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, s(10));
+        r.patched("u", 3, Direction::Raise, s(10));
         assert!(!r.kubelet_status("u", &in_progress(3), s(11)));
         assert!(r.kubelet_status("u", &done(3), s(12)));
         assert_eq!(
@@ -515,7 +529,7 @@ mod tests {
     #[test]
     fn mismatch_after_done_within_grace_waits() {
         let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, s(0));
+        r.patched("u", 3, Direction::Raise, s(0));
         r.kubelet_status("u", &done(3), s(5));
         assert_eq!(r.checked("u", false, s(6)), None);
         assert_eq!(r.checked("u", false, s(34)), None);
@@ -533,7 +547,7 @@ mod tests {
     #[test]
     fn kubelet_never_done_and_no_match_is_unverified() {
         let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, s(0));
+        r.patched("u", 3, Direction::Raise, s(0));
         r.kubelet_status("u", &in_progress(3), s(1));
         assert_eq!(r.checked("u", false, s(29)), None);
         assert!(matches!(
@@ -549,7 +563,7 @@ mod tests {
     #[test]
     fn lagging_status_with_correct_cgroup_is_verified_not_drift() {
         let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, s(0));
+        r.patched("u", 3, Direction::Raise, s(0));
         r.kubelet_status("u", &in_progress(3), s(1));
         assert_eq!(r.checked("u", true, s(6)), None);
         assert_eq!(
@@ -565,7 +579,7 @@ mod tests {
     #[test]
     fn lagging_status_then_done_verifies_with_first_match_latency() {
         let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, s(0));
+        r.patched("u", 3, Direction::Raise, s(0));
         r.checked("u", true, s(4));
         r.kubelet_status("u", &done(3), s(9));
         assert!(matches!(
@@ -577,8 +591,8 @@ mod tests {
     #[test]
     fn newer_patch_replaces_the_one_in_flight() {
         let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, s(0));
-        r.patched("u", 4, s(10));
+        r.patched("u", 3, Direction::Raise, s(0));
+        r.patched("u", 4, Direction::Raise, s(10));
         assert!(!r.kubelet_status("u", &done(3), s(11)));
         assert!(r.kubelet_status("u", &done(4), s(12)));
         assert!(matches!(
@@ -588,10 +602,23 @@ mod tests {
     }
 
     #[test]
+    fn direction_is_kept_while_in_flight() {
+        let mut r = ResizeTracker::new(s(30));
+        r.patched("u", 3, Direction::Lower, s(0));
+        assert_eq!(r.direction("u"), Some(Direction::Lower));
+        assert_eq!(r.uids().collect::<Vec<_>>(), ["u"]);
+        r.patched("u", 4, Direction::Raise, s(1));
+        assert_eq!(r.direction("u"), Some(Direction::Raise));
+        r.forget("u");
+        assert_eq!(r.direction("u"), None);
+        assert_eq!(r.uids().count(), 0);
+    }
+
+    #[test]
     fn unknown_or_forgotten_pod_gives_nothing() {
         let mut r = ResizeTracker::new(s(30));
         assert_eq!(r.checked("x", true, s(1)), None);
-        r.patched("u", 1, s(0));
+        r.patched("u", 1, Direction::Raise, s(0));
         r.forget("u");
         assert_eq!(r.checked("u", false, s(100)), None);
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use headroom::cgroup::{self, CpuMax, NodeSnapshot};
-use headroom::slack::{self, CapacityInputs, NodeSlack, UsageBasis};
+use headroom::node_slack::{self, CapacityInputs, NodeSlack, UsageBasis};
 use serde_json::{Value, json};
 
 #[derive(Debug, clap::Args)]
@@ -49,9 +49,9 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         views.iter().map(|v| (v.uid.as_str(), v.key())).collect();
     let cap = CapacityInputs {
         node_allocatable_m: a.node_allocatable,
-        online_cpus: slack::online_cpus_at(&a.cgroup_root),
+        online_cpus: node_slack::online_cpus_at(&a.cgroup_root),
     };
-    let s = slack::measure(&prev, &cur, cap);
+    let s = node_slack::measure(&prev, &cur, cap);
     for e in &cur.issues {
         tracing::warn!("{e}");
     }

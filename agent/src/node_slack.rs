@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup};
-use crate::model::{Millis, Qos};
+use crate::model::{Millis, PodView, Qos};
 
 /// What bounds the CPU pods can use, besides the cgroup tree itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,6 +334,19 @@ pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> 
         pods,
         vanished,
     }
+}
+
+/// What the scheduler books for a pod (docs/kubelet-behaviour.md §5): max(spec, allocated)
+/// requests plus overhead. Allocatable minus the sum is the slack the
+/// scheduler sees, beside the real slack measured here.
+pub fn booked_request(v: &PodView) -> Millis {
+    let spec = v.cpu_request();
+    let allocated: Millis = v
+        .statuses
+        .iter()
+        .filter_map(|s| s.allocated.and_then(|a| a.cpu_request))
+        .sum();
+    spec.max(allocated) + v.overhead_cpu.unwrap_or(0)
 }
 
 #[cfg(test)]

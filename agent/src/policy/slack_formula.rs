@@ -46,7 +46,7 @@ pub fn raw_slack(
 }
 
 /// kubepods CPU stall of the round, percent of wall time: plain figures
-/// from the slack layer (`crate::slack::Stall`).
+/// from the slack layer (`crate::node_slack::Stall`).
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct StallInputs {
     /// PSI `some` stall over the last interval.

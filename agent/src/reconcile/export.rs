@@ -1,0 +1,81 @@
+//! The tick's gauges: node capacity, usage and slack (real and as the
+//! scheduler books it), each managed pod's values, pods by state.
+
+use std::collections::HashMap;
+
+use super::{Agent, Round};
+use crate::kube::events::EventApi;
+use crate::kube::pods::PodApi;
+use crate::metrics::{NodeValues, PodValues};
+use crate::model::{Millis, PodView};
+use crate::node_slack::{NodeSlack, booked_request};
+
+/// The node's gauges for this round; `allocatable` as the Node (or the
+/// flag) says.
+pub fn node_values(
+    views: &[PodView],
+    slack: &NodeSlack,
+    round: &Round,
+    allocatable: Option<Millis>,
+) -> NodeValues {
+    let booked: Millis = views
+        .iter()
+        .filter(|v| !v.terminating)
+        .map(booked_request)
+        .sum();
+    NodeValues {
+        capacity_millicores: slack.capacity_m as f64,
+        usage_millicores: slack.usage_m as f64,
+        real_slack_millicores: round.node.slack_m as f64,
+        booked_slack_millicores: allocatable.map_or(0.0, |a| a as f64 - booked as f64),
+        pressure_some_ratio: slack.pressure_some_avg10.unwrap_or(0.0) / 100.0,
+        pressure_full_ratio: slack.pressure_full_avg10.map(|p| p / 100.0),
+        throttling_stall_ratio: round.node.stall.throttling_pct / 100.0,
+        contention_ratio: round.node.stall.contention_pct / 100.0,
+    }
+}
+
+impl<P: PodApi, E: EventApi> Agent<P, E> {
+    pub(super) fn export(&self, views: &[PodView], slack: &NodeSlack, round: &Round) {
+        self.metrics
+            .set_node(&node_values(views, slack, round, self.allocatable_m()));
+        let throttled: HashMap<&str, Option<f64>> = slack
+            .pods
+            .iter()
+            .map(|p| (p.uid.as_str(), p.throttled_ratio))
+            .collect();
+        let mut unmanaged: HashMap<String, usize> = HashMap::new();
+        if !self.scan.unreadable.is_empty() {
+            unmanaged.insert("unreadable".into(), self.scan.unreadable.len());
+        }
+        let mut managed = 0;
+        for d in &round.decisions {
+            match d.reason {
+                None => {
+                    managed += 1;
+                    let throttled = throttled
+                        .get(d.uid.as_str())
+                        .copied()
+                        .flatten()
+                        .unwrap_or(0.0);
+                    self.metrics.set_pod(
+                        &d.namespace,
+                        &d.name,
+                        &PodValues {
+                            request_millicores: d.request_m as f64,
+                            limit_millicores: d.current_limit_m.map(|m| m as f64),
+                            target_millicores: d.target_m.map(|m| m as f64),
+                            usage_millicores: d.usage_m as f64,
+                            throttled_ratio: throttled,
+                        },
+                    );
+                }
+                Some(r) => {
+                    *unmanaged.entry(r.reason().to_string()).or_default() += 1;
+                    self.metrics.remove_pod_values(&d.namespace, &d.name);
+                }
+            }
+        }
+        self.metrics.set_pod_states(managed, &unmanaged);
+    }
+}

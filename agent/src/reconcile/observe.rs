@@ -1,0 +1,291 @@
+//! Observe: this node's pods from the watch cache, the cgroup tree (a full
+//! scan on the audit interval, on inotify events and for pods not seen yet;
+//! otherwise a light rescan), and the node's slack between two snapshots.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Agent;
+use crate::cgroup::{self, Depth, NodeSnapshot, PodCgroup, ScanError};
+use crate::kube::events::EventApi;
+use crate::kube::pods::PodApi;
+use crate::metrics::ScanErrorKind;
+use crate::model::{PodView, Qos};
+use crate::node_slack::{self, CapacityInputs, ContentionAverage, NodeSlack, UsageBasis};
+
+/// Minimum time between full scans triggered by a pod whose cgroup is not
+/// known yet (a Running pod without a cgroup must not force one every tick).
+const NEW_POD_RESCAN: Duration = Duration::from_secs(2);
+
+/// Least time a cgroup scan may take before its tick counts as failed
+/// (the tick period, if longer). A scan is milliseconds; this is a hang.
+const MIN_SCAN_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Why a tick read no usable snapshot.
+#[derive(Debug, thiserror::Error)]
+pub enum TickError {
+    #[error(transparent)]
+    Scan(#[from] ScanError),
+    #[error("cgroup scan still running after {0:?}")]
+    Timeout(Duration),
+    #[error("cgroup scan task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+impl TickError {
+    pub fn kind(&self) -> ScanErrorKind {
+        match self {
+            TickError::Scan(_) => ScanErrorKind::kubepods,
+            TickError::Timeout(_) => ScanErrorKind::timeout,
+            TickError::Join(_) => ScanErrorKind::io,
+        }
+    }
+}
+
+type ScanTask = tokio::task::JoinHandle<Result<NodeSnapshot, ScanError>>;
+
+/// What observing remembers between ticks.
+pub(super) struct ScanState {
+    /// Last tick's snapshot: rates are measured against it.
+    pub prev: Option<NodeSnapshot>,
+    /// kubepods contention (stall minus throttling), smoothed across ticks.
+    contention: ContentionAverage,
+    /// Last full scan: where every pod's cgroup is (shared with the scan
+    /// task on the blocking pool).
+    pub index: Option<Arc<NodeSnapshot>>,
+    index_uids: HashSet<String>,
+    /// A scan that outlived its tick's deadline: no second one is started
+    /// while it runs.
+    stuck: Option<ScanTask>,
+    /// Whether the last tick read a usable snapshot (for `/readyz`).
+    pub last_tick_ok: bool,
+    /// Issues logged at warn level last time, so a standing problem is not
+    /// logged every tick.
+    logged_issues: Vec<String>,
+    last_full: Option<Duration>,
+    last_audit: Option<Duration>,
+    pub audit_requested: bool,
+    /// Pods that could not be read as a PodView: uid → resourceVersion logged.
+    pub unreadable: HashMap<String, String>,
+}
+
+impl ScanState {
+    pub fn new() -> Self {
+        Self {
+            prev: None,
+            contention: ContentionAverage::default(),
+            index: None,
+            index_uids: HashSet::new(),
+            stuck: None,
+            last_tick_ok: true,
+            logged_issues: Vec::new(),
+            last_full: None,
+            last_audit: None,
+            audit_requested: true,
+            unreadable: HashMap::new(),
+        }
+    }
+
+    /// Whether this tick reads every pod's files: on the audit interval, on
+    /// request (inotify) and for Running pods the index does not know yet.
+    fn wants_full(&self, views: &[PodView], now: Duration, audit_interval: Duration) -> bool {
+        let since = |t: Option<Duration>, d: Duration| t.is_none_or(|t| now.saturating_sub(t) >= d);
+        let audit_due = self.audit_requested || since(self.last_audit, audit_interval);
+        let unseen = views
+            .iter()
+            .any(|v| v.is_running() && !self.index_uids.contains(&v.uid));
+        self.index.is_none() || audit_due || (unseen && since(self.last_full, NEW_POD_RESCAN))
+    }
+
+    /// The tick is done with `cur`: the next one measures against it. A
+    /// full scan was an audit.
+    pub fn finish(&mut self, cur: NodeSnapshot, full: bool, now: Duration) {
+        if full {
+            self.audit_requested = false;
+            self.last_audit = Some(now);
+        }
+        self.prev = Some(cur);
+    }
+}
+
+/// One tick's observations.
+pub(super) struct Observation {
+    pub views: Vec<PodView>,
+    pub cur: NodeSnapshot,
+    pub slack: NodeSlack,
+    /// The slack's contention as smoothed across ticks.
+    pub contention_pct: f64,
+    /// Whether `cur` is a full scan (every pod, every file).
+    pub full: bool,
+}
+
+impl<P: PodApi, E: EventApi> Agent<P, E> {
+    /// Reads pods and cgroups. `None` when there is nothing to decide on:
+    /// the scan failed, this is the first sample, or kubepods' counter reset.
+    pub(super) async fn observe(&mut self, now: Duration) -> Option<Observation> {
+        let t_scan = Instant::now();
+        let views = self.views();
+        let full = self
+            .scan
+            .wants_full(&views, now, self.settings.audit_interval);
+        let mut snap = match self.read_tree(full, now.as_micros() as u64).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.scan.last_tick_ok = false;
+                self.metrics.scan_error(e.kind());
+                tracing::error!(error = %e, "cgroup scan failed; skipping this tick");
+                return None;
+            }
+        };
+        self.scan.last_tick_ok = true;
+        self.report_issues(&snap);
+        if full {
+            self.scan.last_full = Some(now);
+            self.scan.index_uids = snap.pods.iter().map(|p| p.uid.clone()).collect();
+            self.scan.index = Some(Arc::new(snap.clone()));
+        }
+        mark_roles(&mut snap.pods, &views);
+        self.metrics
+            .scan_duration
+            .observe(t_scan.elapsed().as_secs_f64());
+        let Some(prev) = self.scan.prev.take() else {
+            self.scan.prev = Some(snap);
+            return None; // first sample: no rates yet
+        };
+        let cap = CapacityInputs {
+            node_allocatable_m: self.allocatable_m(),
+            online_cpus: self.online_cpus,
+        };
+        let slack = node_slack::measure(&prev, &snap, cap);
+        drop(prev);
+        if slack.usage_basis != UsageBasis::Kubepods {
+            // kubepods' counter went backwards (or time did not advance): the
+            // interval's usage is unknown, and reading it as 0 would hand out
+            // the whole node as slack. Skip it; the next interval is clean.
+            self.metrics.scan_error(ScanErrorKind::counter_reset);
+            tracing::warn!(basis = ?slack.usage_basis, "kubepods usage_usec went backwards; skipping this interval's usage");
+            self.scan.prev = Some(snap);
+            return None;
+        }
+        let contention_pct = self
+            .scan
+            .contention
+            .update(slack.stall.as_ref(), slack.interval_us);
+        Some(Observation {
+            views,
+            cur: snap,
+            slack,
+            contention_pct,
+            full,
+        })
+    }
+
+    /// Runs the scan on the blocking pool: a read that blocks (a hung
+    /// filesystem) must not stall the runtime thread that also serves
+    /// `/healthz`. A scan past its deadline fails the tick and is left to
+    /// finish alone; none is started beside it.
+    async fn read_tree(&mut self, full: bool, at_us: u64) -> Result<NodeSnapshot, TickError> {
+        let deadline = self.settings.tick.max(MIN_SCAN_DEADLINE);
+        if let Some(h) = &self.scan.stuck {
+            if !h.is_finished() {
+                return Err(TickError::Timeout(deadline));
+            }
+            self.scan.stuck = None; // its snapshot is stale: read afresh
+        }
+        let root = self.settings.cgroup_root.clone();
+        let layout = self.layout.clone();
+        let index = if full { None } else { self.scan.index.clone() };
+        let inflight: HashSet<String> = self.resizes.uids().cloned().collect();
+        let mut task = tokio::task::spawn_blocking(move || match index {
+            // Every Burstable pod's usage is read each tick, not only the
+            // managed ones': a pod that turns managed (or leaves a resize)
+            // with no usage yet would count its burst as other pods' usage
+            // for a tick and make the slack jump. Guaranteed pods too: their
+            // throttling is part of the stall that is not contention
+            // (`node_slack::Stall`). BestEffort pods have no quota to throttle.
+            Some(index) => cgroup::rescan(&root, &index, at_us, |p| {
+                if inflight.contains(&p.uid) {
+                    Depth::Full
+                } else if p.qos == Qos::BestEffort {
+                    Depth::Skip
+                } else {
+                    Depth::Stat
+                }
+            }),
+            None => cgroup::scan(&root, &layout, at_us),
+        });
+        match tokio::time::timeout(deadline, &mut task).await {
+            Ok(joined) => joined?.map_err(TickError::from),
+            Err(_) => {
+                self.scan.stuck = Some(task);
+                Err(TickError::Timeout(deadline))
+            }
+        }
+    }
+
+    /// Counts every read error of the snapshot; logs them when they change.
+    fn report_issues(&mut self, snap: &NodeSnapshot) {
+        for e in &snap.issues {
+            self.metrics.scan_error(ScanErrorKind::of(e));
+        }
+        let now: Vec<String> = snap.issues.iter().map(ToString::to_string).collect();
+        if now != self.scan.logged_issues {
+            for e in &now {
+                tracing::warn!(error = %e, "cgroup read error");
+            }
+            for q in &snap.unlisted_qos {
+                tracing::warn!(
+                    qos = q.as_str(),
+                    "QoS cgroup not listable: its pods are unknown this scan (not counted as gone or drifting)"
+                );
+            }
+            self.scan.logged_issues = now;
+        }
+    }
+
+    /// Pods of this node as views; pods that cannot be read are skipped
+    /// and logged (never fatal).
+    fn views(&mut self) -> Vec<PodView> {
+        let mut out = Vec::new();
+        let mut unreadable = HashMap::new();
+        for p in self.caches.pods() {
+            // The field selector already scopes the watch; this guards the
+            // invariant that no other node's pod is ever considered.
+            if p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                != Some(self.settings.node_name.as_str())
+            {
+                continue;
+            }
+            match PodView::try_from(p.as_ref()) {
+                Ok(v) => out.push(v),
+                Err(e) => {
+                    // Logged once per version of the pod, counted every tick.
+                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    let rv = p.metadata.resource_version.clone().unwrap_or_default();
+                    if self.scan.unreadable.get(&uid) != Some(&rv) {
+                        tracing::warn!(pod = ?p.metadata.name, error = %e, "skipping unreadable pod");
+                    }
+                    unreadable.insert(uid, rv);
+                }
+            }
+        }
+        self.scan.unreadable = unreadable;
+        out
+    }
+}
+
+/// Marks app vs sandbox container cgroups from the ids in pod status.
+pub fn mark_roles(pods: &mut [PodCgroup], views: &[PodView]) {
+    let by_uid: HashMap<&str, &PodView> = views.iter().map(|v| (v.uid.as_str(), v)).collect();
+    for cg in pods {
+        if let Some(v) = by_uid.get(cg.uid.as_str()) {
+            let ids: Vec<&str> = v
+                .statuses
+                .iter()
+                .filter_map(|s| s.container_id.as_deref())
+                .collect();
+            cgroup::mark_roles(cg, &ids);
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! What follows an answer, as data: each function here updates [`Memory`]
+//! (the only state it touches) and returns the [`Effect`]s for one pod, which
+//! one executor carries out (`effects.rs`) — koordinator's strategies emit
+//! updaters, one executor runs them. No I/O; time and jitter come in.
+
+use std::time::Duration;
+
+use crate::kube::classify::{Outcome, Refusal};
+use crate::kube::events::{
+    EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED,
+};
+use crate::kube::resize::ResizeAnswer;
+use crate::metrics::{PatchErrorClass, ResizeResult};
+use crate::model::{Millis, PodView};
+use crate::policy::{Direction, PatchPlan, PodMemory};
+use crate::verify::{DriftEvent, Mismatch, ResizeOutcome, Target};
+
+use super::memory::{Jitter, Memory};
+
+/// One thing to do about one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// `headroom_patch_errors_total{class}` + 1.
+    PatchError(PatchErrorClass),
+    /// `headroom_resizes_total{result, direction}` + 1.
+    Resize(ResizeResult, Direction),
+    /// A resize seen in `cpu.max`: counted as verified, with its latency.
+    Verified {
+        direction: Direction,
+        latency: Duration,
+    },
+    /// The drift gauge of one cgroup of the pod.
+    Drift {
+        target: Target,
+        drifting: bool,
+    },
+    /// `headroom_drift_events_total{cgroup}` + 1.
+    DriftDetected(Target),
+    /// A Kubernetes Event on the pod (rate-limited by the sink).
+    Event {
+        type_: EventType,
+        reason: &'static str,
+        note: String,
+    },
+    Log(Log),
+    /// The pod is gone: drop everything remembered about it.
+    Forget,
+    /// Follow the accepted resize until it shows in `cpu.max`.
+    Track {
+        generation: i64,
+        direction: Direction,
+    },
+    /// This node cannot resize pods with pod-level resources: they all
+    /// become unmanaged.
+    PodLevelUnsupported,
+}
+
+/// A log line about the pod, one variant per message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Log {
+    DryRun {
+        old: String,
+        new: String,
+        why: String,
+    },
+    Resized {
+        old: String,
+        new: String,
+        generation: i64,
+        why: String,
+    },
+    Refused {
+        reason: &'static str,
+        learned_floor: Option<Millis>,
+        message: String,
+    },
+    Forbidden {
+        message: String,
+        pause: Duration,
+    },
+    BackingOff {
+        class: PatchErrorClass,
+        message: String,
+        retry_in: Duration,
+    },
+    Verified {
+        generation: i64,
+        latency: Duration,
+    },
+    Unverified {
+        generation: i64,
+        kubelet_done: bool,
+        waited: Duration,
+    },
+    Drift {
+        mismatch: Mismatch,
+        lasting: Duration,
+    },
+    DriftChanged {
+        mismatch: Mismatch,
+    },
+    DriftCleared {
+        target: Target,
+        lasted: Duration,
+    },
+}
+
+/// A CPU limit as a Kubernetes quantity in millicores (`300m`), or
+/// `unlimited`.
+pub fn fmt_limit(m: Option<Millis>) -> String {
+    m.map_or_else(|| "unlimited".to_string(), |m| format!("{m}m"))
+}
+
+/// `--dry-run`: log and count a plan once per target, send nothing.
+pub fn on_dry_run(memory: &mut Memory, plan: &PatchPlan) -> Vec<Effect> {
+    let before = memory
+        .dry_run_logged
+        .insert(plan.uid.clone(), plan.new_total_m);
+    if before == Some(plan.new_total_m) {
+        return Vec::new();
+    }
+    vec![
+        Effect::Log(Log::DryRun {
+            old: fmt_limit(plan.old_total_m),
+            new: fmt_limit(Some(plan.new_total_m)),
+            why: plan.why.clone(),
+        }),
+        Effect::Resize(ResizeResult::dry_run, plan.direction),
+    ]
+}
+
+/// The apiserver answered `plan`'s patch of `view` (after the conflict retry,
+/// if there was one): remember what it teaches and say what to do.
+pub fn on_outcome(
+    memory: &mut Memory,
+    view: &PodView,
+    plan: &PatchPlan,
+    answer: ResizeAnswer,
+    now: Duration,
+    jitter: &mut Jitter,
+) -> Vec<Effect> {
+    let dir = plan.direction;
+    let uid = plan.uid.as_str();
+    let mut out: Vec<Effect> = answer
+        .outcome
+        .error_class()
+        .map(Effect::PatchError)
+        .into_iter()
+        .collect();
+    let old = fmt_limit(plan.old_total_m);
+    let new = fmt_limit(Some(plan.new_total_m));
+    match answer.outcome {
+        Outcome::Applied => {
+            let generation = answer.generation.unwrap_or(view.generation + 1);
+            memory.succeeded(uid);
+            memory
+                .patches
+                .insert(plan.uid.clone(), PodMemory::after(plan, now.as_secs_f64()));
+            let note = format!("CPU limit {old} → {new}: {}", plan.why);
+            out.extend([
+                Effect::Track {
+                    generation,
+                    direction: dir,
+                },
+                Effect::Resize(ResizeResult::applied, dir),
+                Effect::Log(Log::Resized {
+                    old,
+                    new,
+                    generation,
+                    why: plan.why.clone(),
+                }),
+                Effect::Event {
+                    type_: EventType::Normal,
+                    reason: REASON_RESIZED,
+                    note,
+                },
+            ]);
+        }
+        Outcome::Refused {
+            refusal,
+            message,
+            floor_m,
+        } => {
+            out.push(Effect::Resize(ResizeResult::refused, dir));
+            match floor_m {
+                Some(f) => memory.learn_floor(uid, f),
+                None => memory.refused(uid, now),
+            }
+            if matches!(
+                refusal,
+                Refusal::PodLevelGateOff | Refusal::NodeLacksFeature
+            ) {
+                // Cluster gate off or node lacks the feature: every
+                // pod-level pod of this node becomes unmanaged.
+                out.push(Effect::PodLevelUnsupported);
+            }
+            let note = format!(
+                "resize to {}m refused ({}): {message}",
+                plan.new_total_m,
+                refusal.as_str()
+            );
+            out.extend([
+                Effect::Log(Log::Refused {
+                    reason: refusal.as_str(),
+                    learned_floor: floor_m,
+                    message,
+                }),
+                Effect::Event {
+                    type_: EventType::Warning,
+                    reason: REASON_REFUSED,
+                    note,
+                },
+            ]);
+        }
+        Outcome::NotFound => out.push(Effect::Forget),
+        Outcome::Conflict => {
+            memory.transient(uid, now, jitter.next01());
+        }
+        Outcome::Forbidden(message) => {
+            out.push(Effect::Resize(ResizeResult::error, dir));
+            let pause = memory.forbidden(now);
+            out.push(Effect::Log(Log::Forbidden { message, pause }));
+        }
+        Outcome::Transient { class, message } => {
+            out.push(Effect::Resize(ResizeResult::error, dir));
+            let retry_in = memory.transient(uid, now, jitter.next01());
+            out.push(Effect::Log(Log::BackingOff {
+                class,
+                message,
+                retry_in,
+            }));
+        }
+    }
+    out
+}
+
+/// A resize in flight ended (verified in `cpu.max`, or not within grace).
+pub fn on_resize_outcome(outcome: &ResizeOutcome, direction: Direction) -> Vec<Effect> {
+    match *outcome {
+        ResizeOutcome::Verified {
+            latency,
+            generation,
+            ..
+        } => vec![
+            Effect::Verified { direction, latency },
+            Effect::Log(Log::Verified {
+                generation,
+                latency,
+            }),
+        ],
+        ResizeOutcome::Unverified {
+            generation,
+            kubelet_done,
+            waited,
+            ..
+        } => vec![
+            Effect::Resize(ResizeResult::unverified, direction),
+            Effect::Log(Log::Unverified {
+                generation,
+                kubelet_done,
+                waited,
+            }),
+        ],
+    }
+}
+
+/// The pod a drift event is about.
+pub fn drift_uid(ev: &DriftEvent) -> &str {
+    match ev {
+        DriftEvent::Drift { uid, .. }
+        | DriftEvent::Changed { uid, .. }
+        | DriftEvent::Cleared { uid, .. }
+        | DriftEvent::Forgotten { uid, .. } => uid,
+    }
+}
+
+/// A drift event of a pod still known: gauge, counter, log and Event.
+pub fn on_drift(ev: DriftEvent, now: Duration) -> Vec<Effect> {
+    match ev {
+        DriftEvent::Drift {
+            mismatch, since, ..
+        } => {
+            let target = mismatch.target.clone();
+            let note = format!("{target}: {mismatch}");
+            vec![
+                Effect::Drift {
+                    target: target.clone(),
+                    drifting: true,
+                },
+                Effect::DriftDetected(target),
+                Effect::Log(Log::Drift {
+                    mismatch,
+                    lasting: now.saturating_sub(since),
+                }),
+                Effect::Event {
+                    type_: EventType::Warning,
+                    reason: REASON_DRIFT,
+                    note,
+                },
+            ]
+        }
+        DriftEvent::Changed { mismatch, .. } => vec![Effect::Log(Log::DriftChanged { mismatch })],
+        DriftEvent::Cleared { target, lasted, .. } => {
+            let note = format!("{target}: cpu.max matches the spec again");
+            vec![
+                Effect::Drift {
+                    target: target.clone(),
+                    drifting: false,
+                },
+                Effect::Log(Log::DriftCleared { target, lasted }),
+                Effect::Event {
+                    type_: EventType::Normal,
+                    reason: REASON_DRIFT_CLEARED,
+                    note,
+                },
+            ]
+        }
+        DriftEvent::Forgotten { target, .. } => vec![Effect::Drift {
+            target,
+            drifting: false,
+        }],
+    }
+}

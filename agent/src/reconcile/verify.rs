@@ -1,0 +1,94 @@
+//! Verify: follow in-flight resizes until `cpu.max` shows them, and audit
+//! every pod's cgroups for drift on full scans.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use super::Agent;
+use super::observe::Observation;
+use super::outcome::{drift_uid, on_drift, on_resize_outcome};
+use crate::cgroup::{Driver, PodCgroup};
+use crate::kube::events::EventApi;
+use crate::kube::pods::PodApi;
+use crate::model::PodView;
+use crate::verify::{self, DriftEvent, ResizeOutcome};
+
+/// Whether `cg` holds what `view`'s spec asks for. `patched_generation`: the
+/// generation of the resize in flight; a pod cache still at an older
+/// generation holds the pre-patch spec, which the cgroups match trivially,
+/// and that would verify a resize never applied.
+pub fn cgroups_match(
+    view: &PodView,
+    cg: Option<&PodCgroup>,
+    patched_generation: Option<i64>,
+    driver: Driver,
+) -> bool {
+    let spec_current = patched_generation.is_none_or(|g| view.generation >= g);
+    spec_current
+        && cg.is_some_and(|cg| {
+            let period = cg.sample.as_ref().map_or(100_000, |s| s.cpu_max.period_us);
+            let expected = verify::expected_cpu_max(view, period);
+            verify::compare(&expected, cg, driver).is_empty()
+        })
+}
+
+impl<P: PodApi, E: EventApi> Agent<P, E> {
+    pub(super) async fn verify(&mut self, obs: &Observation, now: Duration) {
+        let cgroups: HashMap<&str, &PodCgroup> =
+            obs.cur.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+        let outcomes = self.verify_resizes(&obs.views, &cgroups, now).await;
+        let mut drift_events = Vec::new();
+        if obs.full {
+            for a in verify::audit_snapshot(obs.views.iter(), &obs.cur) {
+                drift_events.extend(self.drift.observe_pod(&a.uid, &a.mismatches, now));
+            }
+        }
+        let live: HashSet<&str> = obs
+            .views
+            .iter()
+            .filter(|v| v.is_running() && !v.terminating)
+            .map(|v| v.uid.as_str())
+            .collect();
+        drift_events.extend(self.drift.retain(|u| live.contains(u)));
+        for ev in outcomes {
+            tracing::debug!(?ev, "resize verification");
+        }
+        self.report_drift(&obs.views, drift_events, now).await;
+    }
+
+    /// Follows in-flight resizes until verified in `cpu.max` (or not).
+    async fn verify_resizes(
+        &mut self,
+        views: &[PodView],
+        cgroups: &HashMap<&str, &PodCgroup>,
+        now: Duration,
+    ) -> Vec<ResizeOutcome> {
+        let mut out = Vec::new();
+        for v in views {
+            let Some(direction) = self.resizes.direction(&v.uid) else {
+                continue;
+            };
+            self.resizes.kubelet_status(&v.uid, &v.resize, now);
+            let matches = cgroups_match(
+                v,
+                cgroups.get(v.uid.as_str()).copied(),
+                self.resizes.generation(&v.uid),
+                self.layout.driver,
+            );
+            if let Some(o) = self.resizes.checked(&v.uid, matches, now) {
+                self.apply(v, on_resize_outcome(&o, direction), now).await;
+                out.push(o);
+            }
+        }
+        out
+    }
+
+    async fn report_drift(&mut self, views: &[PodView], events: Vec<DriftEvent>, now: Duration) {
+        for ev in events {
+            let Some(v) = views.iter().find(|v| v.uid == drift_uid(&ev)) else {
+                continue;
+            };
+            self.apply(v, on_drift(ev, now), now).await;
+        }
+    }
+}
