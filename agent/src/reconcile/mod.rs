@@ -15,6 +15,9 @@ pub mod outcome;
 pub mod round;
 mod verify;
 
+#[cfg(test)]
+mod tick_tests;
+
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;

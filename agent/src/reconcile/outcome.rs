@@ -321,3 +321,123 @@ pub fn on_drift(ev: DriftEvent, now: Duration) -> Vec<Effect> {
         }],
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PatchKind;
+
+    fn view() -> PodView {
+        PodView::try_from(&crate::reconcile::tick_tests::pod(1, 200, 1)).unwrap()
+    }
+
+    fn lower_to(m: Millis) -> PatchPlan {
+        let v = view();
+        PatchPlan {
+            namespace: v.namespace,
+            name: v.name,
+            uid: v.uid,
+            kind: PatchKind::ContainerLimits(vec![("app".into(), m)]),
+            old_total_m: Some(200),
+            new_total_m: m,
+            direction: Direction::Lower,
+            why: "busy".into(),
+        }
+    }
+
+    fn answer(outcome: Outcome) -> ResizeAnswer {
+        ResizeAnswer {
+            outcome,
+            generation: None,
+        }
+    }
+
+    fn run(memory: &mut Memory, outcome: Outcome) -> Vec<Effect> {
+        let v = view();
+        let s = Duration::from_secs(10);
+        on_outcome(
+            memory,
+            &v,
+            &lower_to(100),
+            answer(outcome),
+            s,
+            &mut Jitter::new(1),
+        )
+    }
+
+    #[test]
+    fn applied_tracks_the_next_generation_and_remembers_the_patch() {
+        let mut m = Memory::default();
+        let fx = run(&mut m, Outcome::Applied);
+        assert_eq!(
+            fx[0],
+            Effect::Track {
+                generation: 2,
+                direction: Direction::Lower
+            },
+            "no generation in the answer: the view's + 1"
+        );
+        assert_eq!(
+            fx[1],
+            Effect::Resize(ResizeResult::applied, Direction::Lower)
+        );
+        assert_eq!(m.patches[&view().uid].last_target_m, 100);
+    }
+
+    #[test]
+    fn gate_off_refusal_holds_the_pod_and_unmanages_pod_level() {
+        let mut m = Memory::default();
+        let fx = run(
+            &mut m,
+            Outcome::Refused {
+                refusal: Refusal::PodLevelGateOff,
+                message: "gate".into(),
+                floor_m: None,
+            },
+        );
+        assert!(fx.contains(&Effect::PodLevelUnsupported));
+        assert!(fx.contains(&Effect::PatchError(PatchErrorClass::refused)));
+        assert!(!m.may_patch(&view().uid, Duration::from_secs(11)), "held");
+        assert!(m.floors.is_empty());
+    }
+
+    #[test]
+    fn gone_forbidden_and_transient_answers() {
+        let mut m = Memory::default();
+        assert_eq!(
+            run(&mut m, Outcome::NotFound),
+            [
+                Effect::PatchError(PatchErrorClass::not_found),
+                Effect::Forget
+            ]
+        );
+        let fx = run(&mut m, Outcome::Forbidden("rbac".into()));
+        assert!(
+            matches!(&fx[2], Effect::Log(Log::Forbidden { pause, .. }) if pause.as_secs() == 30)
+        );
+        assert!(
+            !m.may_patch("other", Duration::from_secs(11)),
+            "node-wide pause"
+        );
+        let mut m = Memory::default();
+        let fx = run(
+            &mut m,
+            Outcome::Transient {
+                class: PatchErrorClass::throttled,
+                message: "slow".into(),
+            },
+        );
+        assert_eq!(fx[0], Effect::PatchError(PatchErrorClass::throttled));
+        assert!(matches!(&fx[2], Effect::Log(Log::BackingOff { .. })));
+        assert!(!m.may_patch(&view().uid, Duration::from_secs(10)));
+        assert!(m.may_patch("other", Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn dry_run_logs_and_counts_a_target_once() {
+        let mut m = Memory::default();
+        assert_eq!(on_dry_run(&mut m, &lower_to(100)).len(), 2);
+        assert!(on_dry_run(&mut m, &lower_to(100)).is_empty());
+        assert_eq!(on_dry_run(&mut m, &lower_to(110)).len(), 2);
+    }
+}

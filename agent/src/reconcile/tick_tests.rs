@@ -1,0 +1,399 @@
+//! Whole ticks without a server (kube-runtime's applier tests are the
+//! model): the pod cache is a reflector store filled by its `Writer`, the
+//! cgroups a temp cgroup v2 tree (systemd driver, `kubepods.slice`), the
+//! clock manual, and the API a fake that records every call and answers
+//! resizes from a script through the real `classify_status`.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::runtime::events::Event;
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use super::{Agent, Round, Settings};
+use crate::kube::classify::{Outcome, classify_status};
+use crate::kube::events::{EventApi, EventType, REASON_REFUSED, REASON_RESIZED};
+use crate::kube::owner::OwnerError;
+use crate::kube::patch::{ContainerLimit, LimitChange};
+use crate::kube::pods::PodApi;
+use crate::kube::resize::{ResizeAnswer, ResizeRequest};
+use crate::kube::watch::Caches;
+use crate::metrics::Metrics;
+use crate::model::{ContainerKind, DeclaredLimits, Millis, OwnerRef};
+use crate::policy::PolicyConfig;
+
+const NODE: &str = "n1";
+const UID: &str = "5f0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b";
+const APP: &str = "0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e";
+const PAUSE: &str = "9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0";
+const PSI_IDLE: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
+                        full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+const QOS_REFUSAL: &str =
+    "Pod \"web\" is invalid: spec: Forbidden: Pod QOS Class may not change as a result of resizing";
+
+/// The fake apiserver's answer to the next resize.
+enum Reply {
+    Applied { generation: i64 },
+    Status(u16, &'static str),
+}
+
+#[derive(Default)]
+struct Calls {
+    resizes: Vec<ResizeRequest>,
+    gets: Vec<String>,
+    script: VecDeque<Reply>,
+}
+
+#[derive(Clone)]
+struct FakeApi {
+    calls: Arc<Mutex<Calls>>,
+    /// The pods the apiserver has: the same as the watch cache here.
+    pods: Store<Pod>,
+}
+
+impl PodApi for FakeApi {
+    async fn resize(&self, req: &ResizeRequest) -> ResizeAnswer {
+        let mut calls = self.calls.lock().unwrap();
+        calls.resizes.push(req.clone());
+        let reply = calls.script.pop_front();
+        match reply.unwrap_or_else(|| panic!("unscripted resize {req:?}")) {
+            Reply::Applied { generation } => ResizeAnswer {
+                outcome: Outcome::Applied,
+                generation: Some(generation),
+            },
+            Reply::Status(code, message) => ResizeAnswer {
+                outcome: classify_status(code, message, req.attempted_m, req.quantum_m),
+                generation: None,
+            },
+        }
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Pod>, kube::Error> {
+        let mut calls = self.calls.lock().unwrap();
+        calls.gets.push(format!("{namespace}/{name}"));
+        let key = ObjectRef::new(name).within(namespace);
+        Ok(self.pods.get(&key).map(|p| (*p).clone()))
+    }
+
+    async fn template_limits(
+        &self,
+        _: &str,
+        owner: &OwnerRef,
+    ) -> Result<Option<DeclaredLimits>, OwnerError> {
+        panic!("the test pod has no owner, yet {owner:?} was read")
+    }
+}
+
+/// Published Events: (type, reason, note).
+#[derive(Clone, Default)]
+struct FakeEvents(Arc<Mutex<Vec<(EventType, String, String)>>>);
+
+impl EventApi for FakeEvents {
+    async fn publish(&self, ev: &Event, _: &ObjectReference) -> Result<(), kube::Error> {
+        let note = ev.note.clone().unwrap_or_default();
+        self.0
+            .lock()
+            .unwrap()
+            .push((ev.type_, ev.reason.clone(), note));
+        Ok(())
+    }
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
+fn cpu_stat(usage_usec: u64) -> String {
+    format!(
+        "usage_usec {usage_usec}\nuser_usec {usage_usec}\nsystem_usec 0\n\
+         nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"
+    )
+}
+
+/// A cgroup with its `cpu.max`, an idle `cpu.stat` and `cpu.pressure`.
+fn cgroup(dir: &Path, cpu_max: &str) {
+    write(dir, "cpu.max", &format!("{cpu_max}\n"));
+    write(dir, "cpu.stat", &cpu_stat(0));
+    write(dir, "cpu.pressure", PSI_IDLE);
+}
+
+fn quota(limit_m: Millis) -> String {
+    format!("{} 100000", limit_m * 100)
+}
+
+/// Pod `ns/web` on this node, opted in: one container, request 100m.
+pub(super) fn pod(generation: i64, limit_m: Millis, observed: i64) -> Pod {
+    let res = json!({"requests": {"cpu": "100m"}, "limits": {"cpu": format!("{limit_m}m")}});
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "ns", "uid": UID, "generation": generation,
+            "resourceVersion": generation.to_string(),
+            "annotations": {"headroom.dev/managed": "true"}},
+        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "i",
+            "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
+            "resources": res}]},
+        "status": {"phase": "Running", "qosClass": "Burstable", "observedGeneration": observed,
+            "containerStatuses": [{"name": "app", "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0, "containerID": format!("containerd://{APP}"),
+                "state": {"running": {}}, "resources": res}]}
+    }))
+    .unwrap()
+}
+
+struct Harness {
+    _tmp: tempfile::TempDir,
+    kubepods: PathBuf,
+    pod_dir: PathBuf,
+    pods: Writer<Pod>,
+    calls: Arc<Mutex<Calls>>,
+    events: FakeEvents,
+    clock: Arc<AtomicU64>,
+    /// kubepods' `usage_usec` so far, and what it grows by per second.
+    kubepods_usage_usec: u64,
+    busy_m: Millis,
+    agent: Agent<FakeApi, FakeEvents>,
+}
+
+impl Harness {
+    /// A 4-CPU node, allocatable 4000m, with `ns/web` at a 200m limit.
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        write(&root, "cgroup.controllers", "cpuset cpu io memory pids\n");
+        write(&root, "cpuset.cpus.effective", "0-3\n");
+        let kubepods = root.join("kubepods.slice");
+        write(
+            &kubepods,
+            "cgroup.controllers",
+            "cpuset cpu io memory pids\n",
+        );
+        cgroup(&kubepods, "max 100000");
+        let burstable = kubepods.join("kubepods-burstable.slice");
+        cgroup(&burstable, "max 100000");
+        let pod_dir = burstable.join(format!(
+            "kubepods-burstable-pod{}.slice",
+            UID.replace('-', "_")
+        ));
+        cgroup(&pod_dir, &quota(200));
+        cgroup(
+            &pod_dir.join(format!("cri-containerd-{APP}.scope")),
+            &quota(200),
+        );
+        cgroup(
+            &pod_dir.join(format!("cri-containerd-{PAUSE}.scope")),
+            "max 100000",
+        );
+
+        let (pod_store, mut pods) = reflector::store();
+        pods.apply_watcher_event(&watcher::Event::Apply(pod(1, 200, 1)));
+        let caches = Caches {
+            pods: pod_store.clone(),
+            node: reflector::store().0,
+            namespaces: reflector::store().0,
+        };
+        let calls = Arc::new(Mutex::new(Calls::default()));
+        let api = FakeApi {
+            calls: calls.clone(),
+            pods: pod_store,
+        };
+        let events = FakeEvents::default();
+        let settings = Settings {
+            node_name: NODE.into(),
+            cgroup_root: root.clone(),
+            tick: Duration::from_secs(1),
+            dry_run: false,
+            policy: PolicyConfig::default(),
+            node_allocatable_m: Some(4000),
+            audit_interval: Duration::from_secs(30),
+            drift_grace: Duration::from_secs(30),
+            event_interval: Duration::from_secs(60),
+        };
+        let layout = crate::cgroup::discover(&root).unwrap();
+        let metrics = Arc::new(Metrics::new("test"));
+        let clock = Arc::new(AtomicU64::new(0));
+        let c = clock.clone();
+        let agent = Agent::new(settings, layout, caches, api, events.clone(), metrics)
+            .with_clock(move || Duration::from_secs(c.load(Ordering::SeqCst)));
+        Self {
+            _tmp: tmp,
+            kubepods,
+            pod_dir,
+            pods,
+            calls,
+            events,
+            clock,
+            kubepods_usage_usec: 0,
+            busy_m: 0,
+            agent,
+        }
+    }
+
+    /// One second later: kubepods has used `busy_m` meanwhile; one tick.
+    async fn tick(&mut self) -> Option<Round> {
+        self.clock.fetch_add(1, Ordering::SeqCst);
+        self.kubepods_usage_usec += self.busy_m * 1000;
+        write(
+            &self.kubepods,
+            "cpu.stat",
+            &cpu_stat(self.kubepods_usage_usec),
+        );
+        self.agent.tick().await
+    }
+
+    fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.calls.lock().unwrap().script.extend(replies);
+    }
+
+    fn resizes(&self) -> Vec<ResizeRequest> {
+        self.calls.lock().unwrap().resizes.clone()
+    }
+
+    fn gets(&self) -> Vec<String> {
+        self.calls.lock().unwrap().gets.clone()
+    }
+
+    fn events(&self) -> Vec<(EventType, String, String)> {
+        self.events.0.lock().unwrap().clone()
+    }
+
+    /// What the kubelet does once it resized the pod to `limit_m`: the
+    /// cgroups hold the new quota, the pod's status has seen `generation`.
+    fn kubelet_resized(&mut self, generation: i64, limit_m: Millis) {
+        write(&self.pod_dir, "cpu.max", &quota(limit_m));
+        let app = self.pod_dir.join(format!("cri-containerd-{APP}.scope"));
+        write(&app, "cpu.max", &quota(limit_m));
+        let p = pod(generation, limit_m, generation);
+        self.pods.apply_watcher_event(&watcher::Event::Apply(p));
+    }
+
+    /// The sum of the series of `name` that carry every label of `labels`.
+    fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let text = self.agent.metrics.encode_prometheus();
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                let (n, set) = series.split_once('{').unwrap_or((series, ""));
+                let all = labels
+                    .iter()
+                    .all(|(k, v)| set.contains(&format!("{k}=\"{v}\"")));
+                (n == name && all).then(|| value.parse::<f64>().unwrap())
+            })
+            .fold(0.0, |a, b| a + b)
+    }
+}
+
+fn app_limit(limit_m: Millis) -> LimitChange {
+    LimitChange::Containers(vec![ContainerLimit {
+        name: "app".into(),
+        kind: ContainerKind::App,
+        cpu_limit_m: limit_m,
+    }])
+}
+
+const RESIZES: &str = "headroom_resizes_total";
+
+/// (a) An idle node raises the pod to its ceiling (4 × request), (c) the
+/// 409 it meets is followed by one re-read and one retry that applies.
+#[tokio::test]
+async fn idle_node_raises_and_a_conflict_is_reread_and_retried_once() {
+    let mut h = Harness::new();
+    assert!(h.tick().await.is_none(), "first sample: no rates yet");
+    h.script([
+        Reply::Status(409, "conflict"),
+        Reply::Applied { generation: 2 },
+    ]);
+    let round = h.tick().await.expect("a round");
+    assert_eq!(round.decisions[0].target_m, Some(400));
+    let sent = h.resizes();
+    assert_eq!(sent.len(), 2, "one send and one retry: {sent:?}");
+    assert_eq!(sent[0], sent[1], "the retry sends the same patch");
+    assert_eq!(sent[0].change, app_limit(400));
+    assert_eq!(h.gets(), ["ns/web"], "one re-read after the conflict");
+    // Counted by the final answer: a conflict the retry resolved is no failed patch.
+    assert_eq!(h.metric("headroom_patch_errors_total", &[]), 0.0);
+    let applied = [("result", "applied"), ("direction", "raise")];
+    assert_eq!(h.metric(RESIZES, &applied), 1.0);
+    let (type_, reason, note) = &h.events()[0];
+    assert_eq!(
+        (*type_, reason.as_str()),
+        (EventType::Normal, REASON_RESIZED)
+    );
+    assert!(note.contains("200m → 400m"), "{note}");
+    assert_eq!(h.agent.resizes.generation(UID), Some(2), "in flight");
+}
+
+/// (d) The resize is verified once the kubelet wrote the new `cpu.max` and
+/// the pod cache shows the patched generation, not before.
+#[tokio::test]
+async fn resize_is_verified_when_cpu_max_and_the_cache_show_it() {
+    let mut h = Harness::new();
+    h.tick().await;
+    h.script([Reply::Applied { generation: 2 }]);
+    h.tick().await;
+    let verified = [("result", "verified"), ("direction", "raise")];
+    h.tick().await;
+    assert_eq!(h.metric(RESIZES, &verified), 0.0, "cache still at gen 1");
+    h.kubelet_resized(2, 400);
+    h.tick().await;
+    assert_eq!(h.metric(RESIZES, &verified), 1.0);
+    let latency = "headroom_resize_verification_latency_seconds_count";
+    assert_eq!(h.metric(latency, &[]), 1.0);
+    assert_eq!(h.agent.resizes.in_flight(), 0);
+    assert_eq!(h.resizes().len(), 1, "nothing else sent");
+}
+
+/// (b) A refusal that proves a floor teaches it: the next plan asks for the
+/// floor, not the refused value again.
+#[tokio::test]
+async fn refusal_with_a_floor_is_learned_and_the_next_plan_respects_it() {
+    let mut h = Harness::new();
+    h.tick().await;
+    h.script([Reply::Applied { generation: 2 }]);
+    h.tick().await;
+    h.kubelet_resized(2, 400);
+    h.tick().await;
+    // Other pods now use every CPU: the pod goes down to its floor.
+    h.busy_m = 4000;
+    h.script([Reply::Status(422, QOS_REFUSAL)]);
+    h.tick().await;
+    let refused = h.resizes().last().cloned().unwrap();
+    assert_eq!(refused.change, app_limit(100), "lowered to the request");
+    let q = refused.quantum_m;
+    assert_eq!(h.agent.memory.floors.get(UID), Some(&(100 + q)));
+    let lower_refused = [("result", "refused"), ("direction", "lower")];
+    assert_eq!(h.metric(RESIZES, &lower_refused), 1.0);
+    let (type_, reason, _) = h.events().last().cloned().unwrap();
+    assert_eq!(
+        (type_, reason.as_str()),
+        (EventType::Warning, REASON_REFUSED)
+    );
+    h.script([Reply::Applied { generation: 3 }]);
+    h.tick().await;
+    let next = h.resizes().last().cloned().unwrap();
+    assert_eq!(next.change, app_limit(100 + q), "the learned floor");
+    assert_eq!(h.resizes().len(), 3);
+}
+
+/// A cache still at the pre-patch generation matches the old cgroups
+/// trivially: that must never verify the resize; past grace it is unverified.
+#[tokio::test]
+async fn a_stale_cache_never_verifies_a_resize() {
+    let mut h = Harness::new();
+    h.tick().await;
+    h.script([Reply::Applied { generation: 2 }]);
+    h.tick().await;
+    for _ in 0..30 {
+        h.tick().await;
+    }
+    let raise = |result| [("result", result), ("direction", "raise")];
+    assert_eq!(h.metric(RESIZES, &raise("verified")), 0.0);
+    assert_eq!(h.metric(RESIZES, &raise("unverified")), 1.0);
+    assert_eq!(h.agent.resizes.in_flight(), 0);
+}
