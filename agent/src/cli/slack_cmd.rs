@@ -163,6 +163,10 @@ fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 /// Node summary line, then one row per pod and its containers.
 /// `names`: namespace/name by pod uid (empty without `--pods`: rows by uid).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one table: the node line, then a row per pod and container"
+)]
 pub fn report_text(
     cur: &NodeSnapshot,
     s: &NodeSlack,

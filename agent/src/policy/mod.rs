@@ -27,6 +27,10 @@ pub mod bucket;
 pub mod config;
 pub mod eligibility;
 pub mod floors;
+#[expect(
+    clippy::too_many_lines,
+    reason = "plan() is one ordered pass: wanted patches, their priority, then tokens"
+)]
 pub mod hysteresis;
 pub mod slack_formula;
 pub mod split;
@@ -211,6 +215,10 @@ struct Managed {
 /// One decision round over the pods of this node. Decisions come back in
 /// the order of `pods`. Ties in the water-filling go to the smaller uid, so
 /// the result does not depend on the order of `pods`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the policy's one pass over the pods, step by step as the docs give it"
+)]
 pub fn decide(
     node: &NodeInputs<'_>,
     pods: &[PodInput<'_>],
