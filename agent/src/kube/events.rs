@@ -222,6 +222,49 @@ mod tests {
         assert_eq!(l.uids().collect::<Vec<_>>(), ["b"]);
     }
 
+    /// Records what reaches the API.
+    #[derive(Default)]
+    struct Recorded(std::sync::Mutex<Vec<(EventType, String)>>);
+
+    impl EventApi for Recorded {
+        async fn publish(&self, ev: &Event, to: &ObjectReference) -> Result<(), kube::Error> {
+            assert_eq!(to.kind.as_deref(), Some("Pod"));
+            let mut seen = self.0.lock().unwrap();
+            seen.push((ev.type_, ev.note.clone().unwrap_or_default()));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn sink_sends_the_type_and_a_truncated_note_unless_rate_limited() {
+        let pod: PodView = serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(
+            serde_json::json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                "spec": {"containers": [{"name": "c"}]}}),
+        )
+        .map(|p| PodView::try_from(&p).unwrap())
+        .unwrap();
+        let mut sink = EventSink::with_recorder(Recorded::default(), S(60));
+        let long = "x".repeat(2000);
+        assert!(
+            sink.publish(&pod, EventType::Warning, REASON_DRIFT, long, S(0))
+                .await
+        );
+        assert!(
+            !sink
+                .publish(&pod, EventType::Warning, REASON_DRIFT, "again".into(), S(1))
+                .await,
+            "same pod and reason within the interval"
+        );
+        assert!(
+            sink.publish(&pod, EventType::Normal, REASON_RESIZED, "ok".into(), S(1))
+                .await
+        );
+        let seen = sink.recorder.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 2);
+        assert_eq!((seen[0].0, seen[0].1.len()), (EventType::Warning, 1000));
+        assert_eq!(seen[1], (EventType::Normal, "ok".to_string()));
+    }
+
     #[test]
     fn truncation_respects_char_boundaries() {
         let s = "é".repeat(600);

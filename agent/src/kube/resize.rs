@@ -116,6 +116,36 @@ mod tests {
     use crate::metrics::PatchErrorClass;
 
     #[test]
+    fn limit_change_keeps_each_container_kind() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "app"}],
+                "initContainers": [{"name": "proxy", "restartPolicy": "Always"}]}
+        }))
+        .unwrap();
+        let view = PodView::try_from(&pod).unwrap();
+        let kind = PatchKind::ContainerLimits(vec![("app".into(), 300), ("proxy".into(), 200)]);
+        let kinds: Vec<(String, ContainerKind, Millis)> = match limit_change(&view, &kind) {
+            LimitChange::Containers(cs) => cs
+                .into_iter()
+                .map(|c| (c.name, c.kind, c.cpu_limit_m))
+                .collect(),
+            LimitChange::Pod(_) => panic!("container limits expected"),
+        };
+        assert_eq!(
+            kinds,
+            [
+                ("app".into(), ContainerKind::App, 300),
+                ("proxy".into(), ContainerKind::Sidecar, 200)
+            ]
+        );
+        assert_eq!(
+            limit_change(&view, &PatchKind::PodLimit(450)),
+            LimitChange::Pod(450)
+        );
+    }
+
+    #[test]
     fn probe_answers_map_to_support() {
         let refused = |refusal| Outcome::Refused {
             refusal,
