@@ -387,14 +387,12 @@ mod tests {
     #[test]
     fn gate_off_refusal_holds_the_pod_and_unmanages_pod_level() {
         let mut m = Memory::default();
-        let fx = run(
-            &mut m,
-            Outcome::Refused {
-                refusal: Refusal::PodLevelGateOff,
-                message: "gate".into(),
-                floor_m: None,
-            },
-        );
+        let gate_off = Outcome::Refused {
+            refusal: Refusal::PodLevelGateOff,
+            message: "gate".into(),
+            floor_m: None,
+        };
+        let fx = run(&mut m, gate_off);
         assert!(fx.contains(&Effect::PodLevelUnsupported));
         assert!(fx.contains(&Effect::PatchError(PatchErrorClass::refused)));
         assert!(!m.may_patch(&view().uid, Duration::from_secs(11)), "held");
@@ -420,13 +418,11 @@ mod tests {
             "node-wide pause"
         );
         let mut m = Memory::default();
-        let fx = run(
-            &mut m,
-            Outcome::Transient {
-                class: PatchErrorClass::throttled,
-                message: "slow".into(),
-            },
-        );
+        let slow = Outcome::Transient {
+            class: PatchErrorClass::throttled,
+            message: "slow".into(),
+        };
+        let fx = run(&mut m, slow);
         assert_eq!(fx[0], Effect::PatchError(PatchErrorClass::throttled));
         assert!(matches!(&fx[2], Effect::Log(Log::BackingOff { .. })));
         assert!(!m.may_patch(&view().uid, Duration::from_secs(10)));

@@ -234,6 +234,17 @@ impl Harness {
         }
     }
 
+    /// After two ticks on the idle node: the raise to 400m was applied
+    /// (generation 2) and is in flight.
+    async fn raised() -> Self {
+        let mut h = Self::new();
+        h.tick().await;
+        h.script([Reply::Applied { generation: 2 }]);
+        h.tick().await;
+        assert_eq!(h.resizes().last().map(|r| r.attempted_m), Some(400));
+        h
+    }
+
     /// One second later: kubepods has used `busy_m` meanwhile; one tick.
     async fn tick(&mut self) -> Option<Round> {
         self.clock.fetch_add(1, Ordering::SeqCst);
@@ -333,10 +344,7 @@ async fn idle_node_raises_and_a_conflict_is_reread_and_retried_once() {
 /// the pod cache shows the patched generation, not before.
 #[tokio::test]
 async fn resize_is_verified_when_cpu_max_and_the_cache_show_it() {
-    let mut h = Harness::new();
-    h.tick().await;
-    h.script([Reply::Applied { generation: 2 }]);
-    h.tick().await;
+    let mut h = Harness::raised().await;
     let verified = [("result", "verified"), ("direction", "raise")];
     h.tick().await;
     assert_eq!(h.metric(RESIZES, &verified), 0.0, "cache still at gen 1");
@@ -353,10 +361,7 @@ async fn resize_is_verified_when_cpu_max_and_the_cache_show_it() {
 /// floor, not the refused value again.
 #[tokio::test]
 async fn refusal_with_a_floor_is_learned_and_the_next_plan_respects_it() {
-    let mut h = Harness::new();
-    h.tick().await;
-    h.script([Reply::Applied { generation: 2 }]);
-    h.tick().await;
+    let mut h = Harness::raised().await;
     h.kubelet_resized(2, 400);
     h.tick().await;
     // Other pods now use every CPU: the pod goes down to its floor.
@@ -385,10 +390,7 @@ async fn refusal_with_a_floor_is_learned_and_the_next_plan_respects_it() {
 /// trivially: that must never verify the resize; past grace it is unverified.
 #[tokio::test]
 async fn a_stale_cache_never_verifies_a_resize() {
-    let mut h = Harness::new();
-    h.tick().await;
-    h.script([Reply::Applied { generation: 2 }]);
-    h.tick().await;
+    let mut h = Harness::raised().await;
     for _ in 0..30 {
         h.tick().await;
     }
