@@ -19,7 +19,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -30,8 +29,8 @@ use kube::api::ListParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use testkit::agent::{
-    AgentProcess, fast_args_with, inotify_watches, metric, open_fds, parse_metrics, pod_series,
-    series_count,
+    AgentOptions, AgentProcess, fast_args_with, inotify_watches, metric, open_fds, parse_metrics,
+    pod_series, release_agent_binary, series_count,
 };
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
@@ -60,7 +59,7 @@ fn part_enabled(part: &str) -> bool {
 }
 
 fn main() -> anyhow::Result<()> {
-    let bin = release_agent()?;
+    let bin = release_agent_binary()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -85,30 +84,14 @@ fn main() -> anyhow::Result<()> {
     })
 }
 
-/// Builds the release agent (a no-op when fresh) and returns its path.
-fn release_agent() -> anyhow::Result<PathBuf> {
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ws.join("target"));
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "headroom-agent",
-            "--bin",
-            "headroom-agent",
-        ])
-        .current_dir(&ws)
-        .status()
-        .context("running cargo build --release")?;
-    let bin = target.join("release").join("headroom-agent");
-    if !status.success() || !bin.exists() {
-        bail!("cargo build --release -p headroom-agent failed ({status})");
-    }
-    Ok(bin)
+/// Options of the release agent on a bench node: `RUST_LOG=info`, the
+/// agent's default flags unless `.args(..)` says otherwise.
+fn bench_agent(bin: &Path, cp: &ControlPlane, sim: &SimKubelet, dir: &Path) -> AgentOptions {
+    AgentOptions::on(sim)
+        .bin(bin)
+        .rust_log("info")
+        .kubeconfig(cp.kubeconfig_path())
+        .log_dir(dir)
 }
 
 // ---------------------------------------------------------------- pods
@@ -333,7 +316,6 @@ async fn mix_node(cp: &ControlPlane, dir: &Path, name: &str) -> anyhow::Result<M
 async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
     let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
     let MixNode {
-        node,
         root,
         sim,
         api,
@@ -355,9 +337,7 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     );
 
     // Default flags: tick 1 s, audit 30 s, cooldown 60 s, reserve 100m.
-    let mut agent =
-        AgentProcess::start_with_binary(bin, "info", cp.kubeconfig_path(), &node, &root, dir, &[])
-            .await?;
+    let mut agent = AgentProcess::start(bench_agent(bin, cp, &sim, dir)).await?;
     let pid = agent.pid().context("agent pid")?;
     let started = Instant::now();
     let first = proc_sample(pid)?;
@@ -567,16 +547,7 @@ async fn latency(cp: &ControlPlane, bin: &Path, dir: &Path, tick: &str) -> anyho
     });
 
     let args = fast_args_with(&[("--tick", tick)]);
-    let mut agent = AgentProcess::start_with_binary(
-        bin,
-        "info",
-        cp.kubeconfig_path(),
-        &node,
-        &root,
-        dir,
-        &args,
-    )
-    .await?;
+    let mut agent = AgentProcess::start(bench_agent(bin, cp, &sim, dir).args(&args)).await?;
     println!(
         "\n== reaction latency, --tick {tick} (other flags: {}), 3 managed pods req 200m \
          lim 300m (ceiling 800m), node 4 CPUs, sim tick 100 ms",
@@ -817,16 +788,13 @@ async fn soak(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
     let MixNode {
         ns,
         node,
-        root,
         sim,
         api,
         specs,
         ..
     } = mix_node(cp, dir, "soak").await?;
     let total = specs.len();
-    let mut agent =
-        AgentProcess::start_with_binary(bin, "info", cp.kubeconfig_path(), &node, &root, dir, &[])
-            .await?;
+    let mut agent = AgentProcess::start(bench_agent(bin, cp, &sim, dir)).await?;
     let pid = agent.pid().context("agent pid")?;
     println!(
         "\n== soak: {total} pods (footprint mix), node 16 CPUs, sim tick 1 s, agent default \

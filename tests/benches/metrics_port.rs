@@ -44,34 +44,11 @@ fn binaries() -> anyhow::Result<Vec<(String, PathBuf)>> {
                 Ok((k.to_string(), PathBuf::from(p)))
             })
             .collect(),
-        Err(_) => Ok(vec![("current".into(), release_agent()?)]),
+        Err(_) => Ok(vec![(
+            "current".into(),
+            testkit::agent::release_agent_binary()?,
+        )]),
     }
-}
-
-/// Builds the release agent (a no-op when fresh) and returns its path.
-fn release_agent() -> anyhow::Result<PathBuf> {
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ws.join("target"));
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "headroom-agent",
-            "--bin",
-            "headroom-agent",
-        ])
-        .current_dir(&ws)
-        .status()
-        .context("running cargo build --release")?;
-    let bin = target.join("release").join("headroom-agent");
-    if !status.success() || !bin.exists() {
-        bail!("cargo build --release -p headroom-agent failed ({status})");
-    }
-    Ok(bin)
 }
 
 fn rss_kib(pid: u32) -> (u64, u64) {

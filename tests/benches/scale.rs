@@ -44,7 +44,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -54,7 +53,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client};
-use testkit::agent::{AgentProcess, clean_cargo_env, metric, parse_metrics};
+use testkit::agent::{AgentOptions, AgentProcess, metric, parse_metrics, release_agent_binary};
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
 use testkit::scale::audit::{Tail, Tally, policy_yaml};
@@ -134,7 +133,7 @@ impl Settings {
 
 fn main() -> anyhow::Result<()> {
     let set = Settings::from_env()?;
-    let bin = release_agent()?;
+    let bin = release_agent_binary()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -187,35 +186,6 @@ fn main() -> anyhow::Result<()> {
         println!("\nbench took {:.1?}", t0.elapsed());
         Ok(())
     })
-}
-
-/// Builds the release agent (a no-op when fresh) and returns its path.
-fn release_agent() -> anyhow::Result<PathBuf> {
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| ws.join("target"));
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    // Without the bench's CARGO_* variables: they change ring's build-script
-    // fingerprint and cost a rebuild of ring, rustls and kube each time.
-    let status = clean_cargo_env(&mut cmd)
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "headroom-agent",
-            "--bin",
-            "headroom-agent",
-        ])
-        .current_dir(&ws)
-        .status()
-        .context("running cargo build --release")?;
-    let bin = target.join("release").join("headroom-agent");
-    if !status.success() || !bin.exists() {
-        bail!("cargo build --release -p headroom-agent failed ({status})");
-    }
-    Ok(bin)
 }
 
 // ---------------------------------------------------------------- /proc
@@ -288,31 +258,17 @@ fn client_kubeconfig(
     std::fs::write(&cert_p, cert)?;
     std::fs::write(&key_p, key)?;
     let path = dir.join(format!("{user}.kubeconfig"));
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: https://127.0.0.1:{port}
-    certificate-authority: {ca}
-users:
-- name: {user}
-  user:
-    client-certificate: {cert}
-    client-key: {key}
-contexts:
-- name: c
-  context: {{cluster: c, user: {user}}}
-current-context: c
-",
-            ca = ca.display(),
-            cert = cert_p.display(),
-            key = key_p.display(),
-        ),
-    )?;
+    let kubeconfig = testkit::certs::Kubeconfig {
+        server: &format!("https://127.0.0.1:{port}"),
+        ca: &ca.display().to_string(),
+        user,
+        auth: testkit::certs::KubeconfigAuth::Cert {
+            cert: &cert_p.display().to_string(),
+            key: &key_p.display().to_string(),
+        },
+        namespace: None,
+    };
+    std::fs::write(&path, kubeconfig.yaml())?;
     Ok(path)
 }
 
@@ -465,6 +421,18 @@ struct Startup {
 }
 
 impl Bench<'_> {
+    /// The release agent for `node` through its relay (`kubeconfig`),
+    /// `RUST_LOG=info`, default flags.
+    fn agent_options(&self, kubeconfig: &Path, node: &str, root: &Path) -> AgentOptions {
+        AgentOptions::default()
+            .bin(&self.bin)
+            .rust_log("info")
+            .kubeconfig(kubeconfig)
+            .node(node)
+            .cgroup_root(root)
+            .log_dir(&self.dir)
+    }
+
     async fn sample(&self) -> anyhow::Result<Sample> {
         // A reused connection the apiserver just closed fails one request
         // ("connection closed before message completed"): retry, bounded.
@@ -667,17 +635,10 @@ impl Bench<'_> {
             .map(|n| n.relay.counters.received() as f64)
             .sum();
         let t0 = Instant::now();
-        let starts = self.nodes.iter().map(|nd| {
-            AgentProcess::start_with_binary(
-                &self.bin,
-                "info",
-                &nd.kubeconfig,
-                &nd.node,
-                &nd.root,
-                &self.dir,
-                &[],
-            )
-        });
+        let starts = self
+            .nodes
+            .iter()
+            .map(|nd| AgentProcess::start(self.agent_options(&nd.kubeconfig, &nd.node, &nd.root)));
         let mut agents = Vec::new();
         for r in futures::future::join_all(starts).await {
             agents.push(r?);
@@ -930,9 +891,7 @@ impl Bench<'_> {
             .iter()
             .map(|nd| (&nd.kubeconfig, &nd.node, &nd.root))
             .chain(std::iter::once((&kc, &node, &root)))
-            .map(|(kc, node, root)| {
-                AgentProcess::start_with_binary(&self.bin, "info", kc, node, root, &self.dir, &[])
-            });
+            .map(|(kc, node, root)| AgentProcess::start(self.agent_options(kc, node, root)));
         let mut agents = Vec::new();
         for r in futures::future::join_all(starts).await {
             agents.push(r?);
@@ -1273,6 +1232,9 @@ fn report(points: &[Point], pods: usize, churn_every: Duration) {
 }
 
 /// Fits `y(N)` over the points and prints it at the fleet size.
+/// A series of the N curve: its row name and its figure at each point.
+type Series = (&'static str, fn(&Point) -> f64);
+
 fn fit_at(name: &str, pts: &[(f64, f64)]) -> f64 {
     match fit::line(pts) {
         Ok(l) => {
@@ -1304,42 +1266,48 @@ fn extrapolate(points: &[Point], pods: usize) {
     let pts = |f: &dyn Fn(&Point) -> f64| -> Vec<(f64, f64)> {
         points.iter().map(|p| (p.n as f64, f(p))).collect()
     };
-    let ag_cpu_s = fit_at(
-        "apiserver CPU added by agents, steady (m)",
-        &pts(&|p| p.agents.0.api_cpu_m - p.sims.0.api_cpu_m),
-    );
-    let ag_cpu_c = fit_at(
-        "apiserver CPU added by agents, churn (m)",
-        &pts(&|p| p.agents.1.api_cpu_m - p.sims.1.api_cpu_m),
-    );
-    let ce_cpu_s = fit_at(
-        "apiserver CPU added by the central watch, steady (m)",
-        &pts(&|p| p.central.0.api_cpu_m - p.sims.0.api_cpu_m),
-    );
-    let ce_cpu_c = fit_at(
-        "apiserver CPU added by the central watch, churn (m)",
-        &pts(&|p| p.central.1.api_cpu_m - p.sims.1.api_cpu_m),
-    );
-    let ag_rss = fit_at(
-        "apiserver RSS added by agents (MiB)",
-        &pts(&|p| p.agents.0.api_rss_mib - p.sims.0.api_rss_mib),
-    );
-    let ce_rss = fit_at(
-        "apiserver RSS added by the central watch (MiB)",
-        &pts(&|p| p.central.0.api_rss_mib - p.sims.0.api_rss_mib),
-    );
-    let ag_rx = fit_at(
-        "KiB/min received by all agents, churn",
-        &pts(&|p| p.agents.1.rx_per_min / 1024.0),
-    );
-    let ce_rx = fit_at(
-        "KiB/min received by the central watch, churn",
-        &pts(&|p| p.central.1.rx_per_min / 1024.0),
-    );
-    let ag_req = fit_at(
-        "requests/min of all agents, churn",
-        &pts(&|p| p.agents.1.total_req_per_min()),
-    );
+    // Fitted in this order (each prints its row).
+    let series: [Series; 9] = [
+        ("apiserver CPU added by agents, steady (m)", |p| {
+            p.agents.0.api_cpu_m - p.sims.0.api_cpu_m
+        }),
+        ("apiserver CPU added by agents, churn (m)", |p| {
+            p.agents.1.api_cpu_m - p.sims.1.api_cpu_m
+        }),
+        (
+            "apiserver CPU added by the central watch, steady (m)",
+            |p| p.central.0.api_cpu_m - p.sims.0.api_cpu_m,
+        ),
+        ("apiserver CPU added by the central watch, churn (m)", |p| {
+            p.central.1.api_cpu_m - p.sims.1.api_cpu_m
+        }),
+        ("apiserver RSS added by agents (MiB)", |p| {
+            p.agents.0.api_rss_mib - p.sims.0.api_rss_mib
+        }),
+        ("apiserver RSS added by the central watch (MiB)", |p| {
+            p.central.0.api_rss_mib - p.sims.0.api_rss_mib
+        }),
+        ("KiB/min received by all agents, churn", |p| {
+            p.agents.1.rx_per_min / 1024.0
+        }),
+        ("KiB/min received by the central watch, churn", |p| {
+            p.central.1.rx_per_min / 1024.0
+        }),
+        ("requests/min of all agents, churn", |p| {
+            p.agents.1.total_req_per_min()
+        }),
+    ];
+    let [
+        ag_cpu_s,
+        ag_cpu_c,
+        ce_cpu_s,
+        ce_cpu_c,
+        ag_rss,
+        ce_rss,
+        ag_rx,
+        ce_rx,
+        ag_req,
+    ] = series.map(|(name, f)| fit_at(name, &pts(&f)));
     let Some(last) = points.last() else { return };
     let n = last.n as f64;
     let scale_pods = FLEET_PODS_PER_NODE / pods.max(1) as f64;

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use crate::kubelet_sim::SimKubelet;
 use crate::process::spawn_guarded;
 
-/// Path of the agent binary; builds it once if the workspace has not yet.
 /// Removes the variables `cargo test` sets to describe the test crate
 /// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...) from a nested cargo build.
 /// Passed on, they change build-script fingerprints (ring's tracks
@@ -39,37 +39,72 @@ pub fn clean_cargo_env(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
+/// The workspace's debug build of `headroom-agent`, built once per test
+/// process (a no-op when fresh, a rebuild when the agent changed since the
+/// last `cargo test`).
 pub fn agent_binary() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-            let target = std::env::var_os("CARGO_TARGET_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| ws.join("target"));
-            let bin = target.join("debug").join("headroom-agent");
-            // Always ask cargo: a no-op when fresh, a rebuild when the agent
-            // changed since the last `cargo test`.
-            let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-            let status = clean_cargo_env(&mut cmd)
-                .args([
-                    "build",
-                    "-q",
-                    "-p",
-                    "headroom-agent",
-                    "--bin",
-                    "headroom-agent",
-                ])
-                .current_dir(&ws)
-                .status()
-                .map_err(|e| format!("running cargo build: {e}"))?;
-            if !status.success() || !bin.exists() {
-                return Err(format!("cargo build of headroom-agent failed ({status})"));
-            }
-            Ok(bin)
-        })
+        .get_or_init(|| build_agent(Profile::Debug).map_err(|e| format!("{e:#}")))
         .clone()
         .map_err(|e| anyhow::anyhow!(e))
+}
+
+/// The release build of `headroom-agent` (for benchmarks): built on every
+/// call, a no-op when fresh.
+pub fn release_agent_binary() -> anyhow::Result<PathBuf> {
+    build_agent(Profile::Release)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Profile {
+    Debug,
+    Release,
+}
+
+/// `cargo build -p headroom-agent --bin headroom-agent` in `profile`, in the
+/// workspace's target dir; the path of the binary.
+fn build_agent(profile: Profile) -> anyhow::Result<PathBuf> {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ws.join("target"));
+    let (flag, dir) = match profile {
+        Profile::Debug => (None, "debug"),
+        Profile::Release => (Some("--release"), "release"),
+    };
+    let bin = target.join(dir).join("headroom-agent");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let status = clean_cargo_env(&mut cmd)
+        .arg("build")
+        .args(flag)
+        .args(["-q", "-p", "headroom-agent", "--bin", "headroom-agent"])
+        .current_dir(&ws)
+        .status()
+        .with_context(|| format!("running cargo build ({dir})"))?;
+    if !status.success() || !bin.exists() {
+        bail!("cargo build ({dir}) of headroom-agent failed ({status})");
+    }
+    Ok(bin)
+}
+
+/// Runs the agent with a manifest's container `args` (`NODE_NAME=node-a`,
+/// no `KUBECONFIG`) on this machine, which has no host cgroup tree: it must
+/// get past `what` (parsing, a policy file) and stop at cgroup discovery,
+/// naming `/host/sys/fs/cgroup`.
+pub fn assert_stops_at_the_host_cgroup_root(args: &[String], what: &str) {
+    let out = Command::new(agent_binary().unwrap())
+        .args(args)
+        .env("NODE_NAME", "node-a")
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cgroup root /host/sys/fs/cgroup"),
+        "agent did not get past {what}: {stderr}"
+    );
 }
 
 /// A free loopback port (bound and released; good enough for tests).
@@ -113,6 +148,91 @@ pub fn fast_args_with(overrides: &[(&str, &str)]) -> Vec<String> {
     args
 }
 
+/// [`fast_args`] with `extra` (flags, each with its value if it takes one):
+/// a flag `fast_args` sets takes the new value (clap refuses a flag given
+/// twice), any other is appended, e.g. `fast_args_plus(&["--dry-run"])`.
+pub fn fast_args_plus(extra: &[&str]) -> Vec<String> {
+    let mut args = fast_args();
+    let mut it = extra.iter();
+    while let Some(flag) = it.next() {
+        match args.iter().position(|a| a == flag) {
+            Some(at) if flag.starts_with("--") => {
+                let value = it.next().unwrap_or_else(|| panic!("{flag} needs a value"));
+                args[at + 1] = value.to_string();
+            }
+            _ => args.push(flag.to_string()),
+        }
+    }
+    args
+}
+
+/// `RUST_LOG` of an agent started by a test.
+pub const TEST_RUST_LOG: &str = "info,headroom=debug,headroom_agent=debug";
+
+/// How to start `headroom-agent run`: built with [`Default`] and the
+/// setters, e.g. `AgentOptions::default().node(n).cgroup_root(r)
+/// .kubeconfig(k).log_dir(d).args(fast_args())`.
+#[derive(Debug, Clone, Default)]
+pub struct AgentOptions {
+    /// The binary; `None`: the workspace's debug build ([`agent_binary`]).
+    pub bin: Option<PathBuf>,
+    /// `RUST_LOG`; `None`: [`TEST_RUST_LOG`].
+    pub rust_log: Option<String>,
+    pub kubeconfig: PathBuf,
+    /// `--node-name`.
+    pub node: String,
+    /// `--cgroup-root`: the (simulated) node's cgroupfs.
+    pub cgroup_root: PathBuf,
+    /// Where the log file `agent-<node>-<port>.log` goes.
+    pub log_dir: PathBuf,
+    /// Flags after the fixed ones (node, cgroup root, kubeconfig, metrics address).
+    pub args: Vec<String>,
+}
+
+impl AgentOptions {
+    /// For the node `sim` simulates: its name and cgroup root.
+    pub fn on(sim: &SimKubelet) -> Self {
+        AgentOptions::default()
+            .node(&sim.config().node_name)
+            .cgroup_root(&sim.config().cgroup_root)
+    }
+
+    pub fn bin(mut self, bin: impl Into<PathBuf>) -> Self {
+        self.bin = Some(bin.into());
+        self
+    }
+
+    pub fn rust_log(mut self, filter: impl Into<String>) -> Self {
+        self.rust_log = Some(filter.into());
+        self
+    }
+
+    pub fn kubeconfig(mut self, path: impl Into<PathBuf>) -> Self {
+        self.kubeconfig = path.into();
+        self
+    }
+
+    pub fn node(mut self, name: impl Into<String>) -> Self {
+        self.node = name.into();
+        self
+    }
+
+    pub fn cgroup_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.cgroup_root = root.into();
+        self
+    }
+
+    pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.log_dir = dir.into();
+        self
+    }
+
+    pub fn args(mut self, args: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
 pub struct AgentProcess {
     child: Option<Child>,
     pub metrics_port: u16,
@@ -121,54 +241,37 @@ pub struct AgentProcess {
 }
 
 impl AgentProcess {
-    /// Starts `headroom-agent run` for `node` with `args` (after the fixed
-    /// ones) and waits until `/readyz` answers 200.
-    pub async fn start(
-        kubeconfig: &Path,
-        node: &str,
-        cgroup_root: &Path,
-        log_dir: &Path,
-        args: &[String],
-    ) -> anyhow::Result<Self> {
-        let bin = agent_binary()?;
-        Self::start_with_binary(
-            &bin,
-            "info,headroom=debug,headroom_agent=debug",
-            kubeconfig,
-            node,
-            cgroup_root,
-            log_dir,
-            args,
-        )
-        .await
-    }
-
-    /// As [`AgentProcess::start`], with another binary (e.g. the release
-    /// build for benchmarks) and `RUST_LOG` filter.
-    pub async fn start_with_binary(
-        bin: &Path,
-        rust_log: &str,
-        kubeconfig: &Path,
-        node: &str,
-        cgroup_root: &Path,
-        log_dir: &Path,
-        args: &[String],
-    ) -> anyhow::Result<Self> {
+    /// Starts `headroom-agent run` as `opts` say and waits until `/readyz`
+    /// answers 200.
+    pub async fn start(opts: AgentOptions) -> anyhow::Result<Self> {
+        if opts.node.is_empty() || opts.kubeconfig.as_os_str().is_empty() {
+            bail!("AgentOptions without a node or a kubeconfig: {opts:?}");
+        }
+        let bin = match opts.bin {
+            Some(bin) => bin,
+            None => agent_binary()?,
+        };
+        let node = opts.node;
         let metrics_port = free_port()?;
-        let log_path = log_dir.join(format!("agent-{node}-{metrics_port}.log"));
+        let log_path = opts
+            .log_dir
+            .join(format!("agent-{node}-{metrics_port}.log"));
         let log = std::fs::File::create(&log_path)?;
         let mut cmd = Command::new(bin);
         cmd.arg("run")
             .arg("--node-name")
-            .arg(node)
+            .arg(&node)
             .arg("--cgroup-root")
-            .arg(cgroup_root)
+            .arg(&opts.cgroup_root)
             .arg("--kubeconfig")
-            .arg(kubeconfig)
+            .arg(&opts.kubeconfig)
             .arg("--metrics-addr")
             .arg(format!("127.0.0.1:{metrics_port}"))
-            .args(args)
-            .env("RUST_LOG", rust_log)
+            .args(&opts.args)
+            .env(
+                "RUST_LOG",
+                opts.rust_log.as_deref().unwrap_or(TEST_RUST_LOG),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -177,7 +280,7 @@ impl AgentProcess {
             child: Some(child),
             metrics_port,
             log_path,
-            node: node.to_string(),
+            node,
         };
         a.wait_ready(Duration::from_secs(60)).await?;
         Ok(a)

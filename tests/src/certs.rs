@@ -155,3 +155,119 @@ impl Pki {
         Ok(files)
     }
 }
+
+/// How the user of a [`Kubeconfig`] authenticates.
+pub enum KubeconfigAuth<'a> {
+    /// A client certificate and its key (paths).
+    Cert { cert: &'a str, key: &'a str },
+    /// A bearer token.
+    Token(&'a str),
+}
+
+/// A kubeconfig of one cluster and one user, both in one context `headroom`.
+pub struct Kubeconfig<'a> {
+    /// The apiserver's URL.
+    pub server: &'a str,
+    /// Path of the CA that signed the apiserver's certificate.
+    pub ca: &'a str,
+    pub user: &'a str,
+    pub auth: KubeconfigAuth<'a>,
+    /// The context's default namespace, if any.
+    pub namespace: Option<&'a str>,
+}
+
+impl Kubeconfig<'_> {
+    pub fn yaml(&self) -> String {
+        let auth = match self.auth {
+            KubeconfigAuth::Cert { cert, key } => {
+                format!("    client-certificate: {cert}\n    client-key: {key}\n")
+            }
+            KubeconfigAuth::Token(token) => format!("    token: {token}\n"),
+        };
+        let namespace = self
+            .namespace
+            .map(|ns| format!("    namespace: {ns}\n"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: headroom
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {user}
+  user:
+{auth}contexts:
+- name: headroom
+  context:
+    cluster: headroom
+    user: {user}
+{namespace}current-context: headroom
+",
+            server = self.server,
+            ca = self.ca,
+            user = self.user,
+        )
+    }
+}
+
+#[cfg(test)]
+mod kubeconfig_tests {
+    use super::*;
+
+    /// The text the guest kubelet's kubeconfig had before it was built here.
+    #[test]
+    fn cert_kubeconfig_without_namespace_is_the_guest_format() {
+        let k = Kubeconfig {
+            server: "https://10.0.2.2:6443",
+            ca: "/etc/kubernetes/ca.crt",
+            user: "system:node:n1",
+            auth: KubeconfigAuth::Cert {
+                cert: "/etc/kubernetes/kubelet.crt",
+                key: "/etc/kubernetes/kubelet.key",
+            },
+            namespace: None,
+        };
+        assert_eq!(
+            k.yaml(),
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: headroom
+  cluster:
+    server: https://10.0.2.2:6443
+    certificate-authority: /etc/kubernetes/ca.crt
+users:
+- name: system:node:n1
+  user:
+    client-certificate: /etc/kubernetes/kubelet.crt
+    client-key: /etc/kubernetes/kubelet.key
+contexts:
+- name: headroom
+  context:
+    cluster: headroom
+    user: system:node:n1
+current-context: headroom
+"
+        );
+    }
+
+    #[test]
+    fn token_kubeconfig_with_namespace() {
+        let k = Kubeconfig {
+            server: "https://127.0.0.1:1",
+            ca: "/ca.pem",
+            user: "agent",
+            auth: KubeconfigAuth::Token("t0k"),
+            namespace: Some("default"),
+        };
+        let y = k.yaml();
+        assert!(y.contains("  user:\n    token: t0k\ncontexts:"), "{y}");
+        assert!(
+            y.contains("    user: agent\n    namespace: default\ncurrent-context: headroom\n"),
+            "{y}"
+        );
+    }
+}

@@ -227,32 +227,17 @@ fn exited_early(name: &str, status: std::process::ExitStatus, log: &Path) -> any
 }
 
 fn kubeconfig_yaml(base_url: &str, ca: &Path, cert: &Path, key: &Path) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: headroom
-  cluster:
-    server: {base_url}
-    certificate-authority: {ca}
-users:
-- name: {user}
-  user:
-    client-certificate: {cert}
-    client-key: {key}
-contexts:
-- name: headroom
-  context:
-    cluster: headroom
-    user: {user}
-    namespace: default
-current-context: headroom
-",
-        ca = ca.display(),
-        cert = cert.display(),
-        key = key.display(),
-        user = crate::certs::ADMIN_CN,
-    )
+    crate::certs::Kubeconfig {
+        server: base_url,
+        ca: &ca.display().to_string(),
+        user: crate::certs::ADMIN_CN,
+        auth: crate::certs::KubeconfigAuth::Cert {
+            cert: &cert.display().to_string(),
+            key: &key.display().to_string(),
+        },
+        namespace: Some("default"),
+    }
+    .yaml()
 }
 
 impl ControlPlane {

@@ -4,130 +4,44 @@
 //! declared limit from the owner's pod template. Real kube-apiserver,
 //! simulated kubelet, real agent process; outcomes read from the apiserver.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use serde_json::{Value, json};
-use tempfile::TempDir;
-use testkit::agent::{AgentProcess, fast_args};
-use testkit::control_plane::ControlPlane;
-use testkit::kubelet_sim::{SimConfig, SimKubelet};
+use testkit::agent::fast_args;
+use testkit::scenario::pod::touched_by_agent;
+use testkit::scenario::{Scenario, quick_kubelet};
+use testkit::workload::container_limit_m;
 
-const WAIT: Duration = Duration::from_secs(60);
-
-struct Node {
-    client: Client,
-    ns: String,
-    name: String,
-    _sim: SimKubelet,
-    dir: TempDir,
-    root: std::path::PathBuf,
+/// One simulated node, no agent yet, in a fresh opted-in namespace.
+async fn node(prefix: &str) -> Scenario<'static> {
+    Scenario::builder(prefix).sim(quick_kubelet).start().await
 }
 
-impl Node {
-    async fn start(prefix: &str) -> Node {
-        let cp = ControlPlane::shared();
-        let client = cp.client().await;
-        let ns = cp.namespace(prefix).await;
-        testkit::workload::opt_in(&client, &ns)
-            .await
-            .expect("opt the namespace in");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let name = format!("{ns}-n0");
-        let root = dir.path().join("cg");
-        let mut cfg = SimConfig::new(&name, &root);
-        cfg.resize_delay = Duration::from_millis(100);
-        cfg.status_delay = Duration::from_millis(100);
-        let sim = SimKubelet::start(client.clone(), cfg)
-            .await
-            .expect("sim starts");
-        cp.wait_node_admissible(&name)
-            .await
-            .expect("node admissible");
-        Node {
-            client,
-            ns,
-            name,
-            _sim: sim,
-            dir,
-            root,
-        }
-    }
+/// A resize as an earlier agent sent it: the agent's field manager.
+async fn resize_as_agent(n: &Scenario<'_>, name: &str, limit: &str) {
+    resize_as(n, name, "headroom-agent", limit)
+        .await
+        .expect("resize as the agent");
+}
 
-    async fn agent(&self) -> AgentProcess {
-        AgentProcess::start(
-            ControlPlane::shared().kubeconfig_path(),
-            &self.name,
-            &self.root,
-            self.dir.path(),
-            &fast_args(),
+/// A resize of container "app"'s CPU limit by field manager `manager`.
+async fn resize_as(n: &Scenario<'_>, name: &str, manager: &str, limit: &str) -> kube::Result<Pod> {
+    n.pods()
+        .patch_subresource(
+            "resize",
+            name,
+            &PatchParams {
+                field_manager: Some(manager.into()),
+                ..Default::default()
+            },
+            &Patch::Strategic(json!({"spec": {"containers": [
+                {"name": "app", "resources": {"limits": {"cpu": limit}}}]}})),
         )
         .await
-        .expect("agent starts")
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    async fn create(&self, pod: Value) {
-        let pod: Pod = serde_json::from_value(pod).expect("pod json");
-        self.pods()
-            .create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod");
-    }
-
-    async fn wait_for(
-        &self,
-        name: &str,
-        what: &str,
-        agent: Option<&AgentProcess>,
-        f: impl Fn(&Pod) -> bool,
-    ) {
-        let t0 = Instant::now();
-        loop {
-            let p = self.pods().get(name).await.expect("get pod");
-            if f(&p) {
-                return;
-            }
-            if t0.elapsed() > WAIT {
-                panic!(
-                    "{name}: {what} not reached in {WAIT:?}: limit {:?}\nagent log:\n{}",
-                    testkit::workload::container_limit_m(&p),
-                    agent.map(|a| a.log_tail(40)).unwrap_or_default()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    async fn wait_running(&self, name: &str) {
-        self.wait_for(name, "Running", None, |p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        })
-        .await;
-    }
-
-    /// A resize as an earlier agent sent it: the agent's field manager.
-    async fn resize_as_agent(&self, name: &str, limit: &str) {
-        self.pods()
-            .patch_subresource(
-                "resize",
-                name,
-                &PatchParams {
-                    field_manager: Some("headroom-agent".into()),
-                    ..Default::default()
-                },
-                &Patch::Strategic(json!({"spec": {"containers": [
-                    {"name": "app", "resources": {"limits": {"cpu": limit}}}]}})),
-            )
-            .await
-            .expect("resize as the agent");
-    }
 }
 
 fn container(req: &str, lim: &str) -> Value {
@@ -140,14 +54,6 @@ fn pod(name: &str, node: &str, req: &str, lim: &str) -> Value {
            "spec": {"nodeName": node, "containers": [container(req, lim)]}})
 }
 
-fn touched_by_agent(p: &Pod) -> bool {
-    p.metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .any(|m| m.manager.as_deref() == Some("headroom-agent"))
-}
-
 /// The `why` of every `resized` line the agent logged for `pod`.
 fn resized_reasons(log: &str, pod: &str) -> Vec<String> {
     log.lines()
@@ -158,28 +64,25 @@ fn resized_reasons(log: &str, pod: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
-    let n = Node::start("declared-idle").await;
+    let mut n = node("declared-idle").await;
     // 4 × request (40m) is below the declared 100m: the old default ceiling
     // lowered it on the first tick.
-    n.create(pod("small", &n.name, "10m", "100m")).await;
+    n.create(pod("small", n.node(), "10m", "100m")).await;
     // A control: a pod whose ceiling is above its limit is raised, so the
     // agent is deciding and acting while `small` keeps its limit.
-    n.create(pod("open", &n.name, "100m", "150m")).await;
+    n.create(pod("open", n.node(), "100m", "150m")).await;
     n.wait_running("small").await;
     n.wait_running("open").await;
-    let agent = n.agent().await;
-    n.wait_for("open", "raised to 400m", Some(&agent), |p| {
-        testkit::workload::container_limit_m(p) == Some(400)
+    n.start_agent(0, fast_args()).await;
+    let agent = n.agent();
+    n.wait_pod("open", "raised to 400m", |p| {
+        container_limit_m(p) == Some(400)
     })
     .await;
     // Several more ticks (200 ms each) with the node idle.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let small = n.pods().get("small").await.unwrap();
-    assert_eq!(
-        testkit::workload::container_limit_m(&small),
-        Some(100),
-        "declared limit kept"
-    );
+    let small = n.get("small").await;
+    assert_eq!(container_limit_m(&small), Some(100), "declared limit kept");
     assert!(!touched_by_agent(&small), "no resize of small was sent");
     let log = agent.log();
     assert!(
@@ -198,7 +101,7 @@ async fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_the_declared_limit_comes_from_the_owners_template() {
-    let n = Node::start("declared-owner").await;
+    let mut n = node("declared-owner").await;
     // A ReplicaSet whose template declares 10m/100m (no controller-manager
     // runs here, so it creates no pods of its own: replicas 0).
     let rs: ReplicaSet = serde_json::from_value(json!({
@@ -214,43 +117,36 @@ async fn after_a_restart_the_declared_limit_comes_from_the_owners_template() {
         .expect("create replicaset");
     let owner = json!([{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
                         "uid": rs.metadata.uid, "controller": true}]);
-    let mut owned = pod("web-1", &n.name, "10m", "100m");
+    let mut owned = pod("web-1", n.node(), "10m", "100m");
     owned["metadata"]["labels"] = json!({"app": "web"});
     owned["metadata"]["ownerReferences"] = owner;
     n.create(owned).await;
     // A bare pod: nothing records what it declared once the agent changed it.
-    n.create(pod("bare", &n.name, "10m", "100m")).await;
+    n.create(pod("bare", n.node(), "10m", "100m")).await;
     n.wait_running("web-1").await;
     n.wait_running("bare").await;
     // An earlier agent lowered both to 30m (the node was busy), then restarted.
-    n.resize_as_agent("web-1", "30m").await;
-    n.resize_as_agent("bare", "30m").await;
+    resize_as_agent(&n, "web-1", "30m").await;
+    resize_as_agent(&n, "bare", "30m").await;
     for p in ["web-1", "bare"] {
-        n.wait_for(p, "at 30m", None, |p| {
-            testkit::workload::container_limit_m(p) == Some(30)
-        })
-        .await;
+        n.wait_pod(p, "at 30m", |p| container_limit_m(p) == Some(30))
+            .await;
     }
-    let agent = n.agent().await;
+    n.start_agent(0, fast_args()).await;
+    let agent = n.agent();
     // The template's 100m is the ceiling's lower bound: back to it.
-    n.wait_for("web-1", "back at the declared 100m", Some(&agent), |p| {
-        testkit::workload::container_limit_m(p) == Some(100)
+    n.wait_pod("web-1", "back at the declared 100m", |p| {
+        container_limit_m(p) == Some(100)
     })
     .await;
     // The bare pod: only 4 × request (40m) — what is known. Never below 30m.
-    n.wait_for("bare", "raised to 40m", Some(&agent), |p| {
-        testkit::workload::container_limit_m(p) == Some(40)
+    n.wait_pod("bare", "raised to 40m", |p| {
+        container_limit_m(p) == Some(40)
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(
-        testkit::workload::container_limit_m(&n.pods().get("web-1").await.unwrap()),
-        Some(100)
-    );
-    assert_eq!(
-        testkit::workload::container_limit_m(&n.pods().get("bare").await.unwrap()),
-        Some(40)
-    );
+    assert_eq!(container_limit_m(&n.get("web-1").await), Some(100));
+    assert_eq!(container_limit_m(&n.get("bare").await), Some(40));
     assert!(
         agent
             .log()
@@ -265,34 +161,24 @@ async fn after_a_restart_the_declared_limit_comes_from_the_owners_template() {
 /// takes them over. The agent reads "whose limits are these" from this.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn managed_fields_name_who_last_set_a_limit() {
-    let n = Node::start("declared-fields").await;
-    n.create(pod("p", &n.name, "10m", "100m")).await;
+    let n = node("declared-fields").await;
+    n.create(pod("p", n.node(), "10m", "100m")).await;
     n.wait_running("p").await;
     let view = |p: &Pod| headroom::model::PodView::try_from(p).unwrap();
-    let p = n.pods().get("p").await.unwrap();
+    let p = n.get("p").await;
     assert!(!view(&p).limits_set_by_headroom, "created by the user");
-    n.resize_as_agent("p", "200m").await;
-    let p = n.pods().get("p").await.unwrap();
+    resize_as_agent(&n, "p", "200m").await;
+    let p = n.get("p").await;
     assert!(
         view(&p).limits_set_by_headroom,
         "{:?}",
         p.metadata.managed_fields
     );
     // The user resizes it back: the limit is theirs again.
-    n.pods()
-        .patch_subresource(
-            "resize",
-            "p",
-            &PatchParams {
-                field_manager: Some("kubectl".into()),
-                ..Default::default()
-            },
-            &Patch::Strategic(json!({"spec": {"containers": [
-                {"name": "app", "resources": {"limits": {"cpu": "150m"}}}]}})),
-        )
+    resize_as(&n, "p", "kubectl", "150m")
         .await
         .expect("user resize");
-    let p = n.pods().get("p").await.unwrap();
+    let p = n.get("p").await;
     assert!(
         !view(&p).limits_set_by_headroom,
         "{:?}",

@@ -30,20 +30,19 @@
 //! would blur the patch counts asserted here.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
 use prometheus_parse::Scrape;
-use serde_json::{Value, json};
-use tempfile::TempDir;
-use testkit::agent::{AgentProcess, fast_args_with, metric, parse_metrics, pod_series};
+use serde_json::json;
+use testkit::agent::{fast_args_with, metric, pod_series};
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
-use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet};
+use testkit::kubelet_sim::Fault;
+use testkit::scenario::pod::{burstable, generation, has_condition, touched_by_agent};
+use testkit::scenario::{Scenario, quick_kubelet};
 
-/// Bound of every wait: generous for a loaded 2-core machine.
-const WAIT: Duration = Duration::from_secs(60);
 const RESIZES: &str = "headroom_resizes_total";
 /// Pod "a": request 100m, limit 150m; ceiling = request × 4.
 const CEILING_MAX: &str = "40000 100000";
@@ -54,330 +53,32 @@ fn agent_args() -> Vec<String> {
     fast_args_with(&[("--drift-grace", "120s")])
 }
 
-/// Node 0 runs the agent, node 1 has none: its pod must never be written.
-struct Fx {
-    client: Client,
-    ns: String,
-    node: String,
-    other_node: String,
-    sim: SimKubelet,
-    _other_sim: SimKubelet,
-    agent: AgentProcess,
-    /// Agents killed by the test, kept for their logs.
-    killed: Vec<AgentProcess>,
-    dir: TempDir,
-}
-
-impl Fx {
-    /// Two simulated nodes, the agent on node 0, an opted-in namespace with
-    /// a pod "other" on node 1. Pod "a" (not created yet) will be held in
-    /// flight. Every pod is idle: the agent raises limits to their ceilings.
-    async fn setup(cp: &ControlPlane, prefix: &str) -> Fx {
-        let client = cp.client().await;
-        let ns = cp.namespace(prefix).await;
-        Api::<Namespace>::all(client.clone())
-            .patch(
-                &ns,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-            )
-            .await
-            .expect("label namespace");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut sims = Vec::new();
-        for i in 0..2 {
-            let name = format!("{ns}-n{i}");
-            let mut cfg = SimConfig::new(&name, dir.path().join(format!("cg{i}")));
-            cfg.resize_delay = Duration::from_millis(100);
-            cfg.status_delay = Duration::from_millis(100);
-            let sim = SimKubelet::start(client.clone(), cfg)
-                .await
-                .expect("sim starts");
-            cp.wait_node_admissible(&name)
-                .await
-                .expect("node admissible");
-            sims.push((name, sim));
-        }
-        let (other_node, other_sim) = sims.pop().expect("node 1");
-        let (node, sim) = sims.pop().expect("node 0");
-        sim.set_fault(&ns, "a", Fault::NeverApply);
-        let agent = AgentProcess::start(
-            cp.kubeconfig_path(),
-            &node,
-            &sim.config().cgroup_root,
-            dir.path(),
-            &agent_args(),
-        )
-        .await
-        .expect("agent starts");
-        let fx = Fx {
-            client,
-            ns,
-            node,
-            other_node,
-            sim,
-            _other_sim: other_sim,
-            agent,
-            killed: Vec::new(),
-            dir,
-        };
-        fx.create(burstable("other", &fx.other_node, "100m", Some("150m")))
-            .await;
-        fx.wait_running("other").await;
-        fx
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    async fn create(&self, pod: Value) -> Pod {
-        let pod: Pod = serde_json::from_value(pod).expect("pod json");
-        self.pods()
-            .create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod")
-    }
-
-    async fn get(&self, name: &str) -> Pod {
-        self.pods().get(name).await.expect("get pod")
-    }
-
-    fn logs(&self) -> String {
-        let mut out: Vec<String> = self
-            .killed
-            .iter()
-            .map(|a| format!("(killed agent)\n{}", a.log_tail(25)))
-            .collect();
-        out.push(self.agent.log_tail(40));
-        out.join("\n---\n")
-    }
-
-    fn fail(&self, what: &str) -> ! {
-        panic!(
-            "{what} not reached within {WAIT:?}\nagent log:\n{}",
-            self.logs()
-        )
-    }
-
-    /// Polls pod `name` until `f` holds.
-    async fn wait_for(&self, name: &str, what: &str, f: impl Fn(&Pod) -> bool) {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(p) = self.pods().get(name).await
-                && f(&p)
-            {
-                return;
-            }
-            if t0.elapsed() > WAIT {
-                self.fail(&format!("{name}: {what}"));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    async fn wait_running(&self, name: &str) {
-        self.wait_for(name, "Running", |p| {
-            p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                && p.status
-                    .as_ref()
-                    .and_then(|s| s.container_statuses.as_ref())
-                    .is_some_and(|c| !c.is_empty())
-        })
+/// Two simulated nodes on `cp`, the agent on node 0, an opted-in namespace
+/// with a pod "other" on node 1, which has no agent: it must never be
+/// written. Pod "a" (not created yet) will be held in flight. Every pod is
+/// idle: the agent raises limits to their ceilings.
+async fn setup<'a>(cp: &'a ControlPlane, prefix: &str) -> Scenario<'a> {
+    let mut fx = Scenario::builder(prefix)
+        .control_plane(cp)
+        .nodes(2)
+        .sim(quick_kubelet)
+        .start()
         .await;
-    }
-
-    /// Waits until the agent's raise of `name` is patched (generation 2)
-    /// and acknowledged by the kubelet but not applied: in flight.
-    async fn wait_in_flight(&self, name: &str) {
-        self.wait_for(name, "resize patched and in progress", |p| {
-            generation(p) == 2 && cpu_limit_m(p) == Some(400) && in_progress(p)
-        })
+    fx.sim().set_fault(&fx.ns, "a", Fault::NeverApply);
+    fx.start_agent(0, agent_args()).await;
+    fx.create(burstable("other", &fx.nodes[1].name, "100m", Some("150m")))
         .await;
-        assert_eq!(
-            self.cpu_max(name).as_deref(),
-            Some("15000 100000"),
-            "the held resize must not be applied yet"
-        );
-    }
-
-    /// Lets the simulated kubelet apply `name`'s resizes again.
-    fn release(&self, name: &str) {
-        self.sim.set_fault(&self.ns, name, Fault::None);
-    }
-
-    /// `cpu.max` of container "app" of `name` on node 0, as on disk.
-    fn cpu_max(&self, name: &str) -> Option<String> {
-        let dir = self.sim.container_cgroup_path(&self.ns, name, "app")?;
-        std::fs::read_to_string(dir.join("cpu.max"))
-            .ok()
-            .map(|s| s.trim().to_string())
-    }
-
-    async fn wait_cpu_max(&self, name: &str, want: &str) {
-        let t0 = Instant::now();
-        while self.cpu_max(name).as_deref() != Some(want) {
-            if t0.elapsed() > WAIT {
-                self.fail(&format!(
-                    "{name}: cpu.max {want:?} (is {:?})",
-                    self.cpu_max(name)
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    async fn scrape(&self) -> Scrape {
-        let text = self.agent.scrape().await.expect("scrape /metrics");
-        parse_metrics(&text).expect("parse /metrics")
-    }
-
-    /// Polls `/metrics` until `f` holds; returns that scrape.
-    async fn wait_metrics(&self, what: &str, f: impl Fn(&Scrape) -> bool) -> Scrape {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(text) = self.agent.scrape().await {
-                let s = parse_metrics(&text).expect("parse /metrics");
-                if f(&s) {
-                    return s;
-                }
-            }
-            if t0.elapsed() > WAIT {
-                self.fail(what);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    async fn wait_resizes(&self, result: &str, at_least: f64) -> Scrape {
-        self.wait_metrics(
-            &format!("{RESIZES}{{result={result:?}}} ≥ {at_least}"),
-            |s| resizes(s, result) >= at_least,
-        )
-        .await
-    }
-
-    /// The running agent is alive and no agent of this test ever panicked.
-    fn assert_no_panic(&mut self) {
-        assert!(
-            self.agent.is_running(),
-            "agent exited:\n{}",
-            self.agent.log_tail(40)
-        );
-        for a in self.killed.iter().chain([&self.agent]) {
-            assert!(
-                !a.log().contains("panicked"),
-                "agent panicked:\n{}",
-                a.log_tail(40)
-            );
-        }
-    }
-
-    /// The pod on the node without an agent was never written by it.
-    async fn assert_other_node_untouched(&self) {
-        let p = self.get("other").await;
-        assert_eq!(generation(&p), 1, "the pod on the other node was resized");
-        assert_eq!(cpu_limit_m(&p), Some(150));
-        assert!(
-            !touched_by_agent(&p),
-            "the agent's field manager wrote the other node's pod"
-        );
-    }
-
-    /// Series stay bounded: per-pod series exist only for the live managed
-    /// pods of this namespace on this node (`managed`), no drift gauge is
-    /// left, and `headroom_pods` counts every pod of the node exactly once
-    /// (a re-list must not count a pod twice). Waits for the agent's next
-    /// ticks to catch up, then asserts.
-    async fn assert_series_bounded(&self, managed: &[&str]) {
-        let want: BTreeSet<String> = managed.iter().map(|s| s.to_string()).collect();
-        let t0 = Instant::now();
-        loop {
-            let on_node = Api::<Pod>::all(self.client.clone())
-                .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.node)))
-                .await
-                .expect("list pods of the node")
-                .items
-                .len() as f64;
-            let s = self.scrape().await;
-            let have = pod_series(&s, &self.ns);
-            let counted = metric(&s, "headroom_pods", &[]).unwrap_or(0.0);
-            let drift = metric(&s, "headroom_cgroup_drift", &[("namespace", &self.ns)]);
-            if have == want && counted == on_node && drift.is_none() {
-                return;
-            }
-            if t0.elapsed() > WAIT {
-                panic!(
-                    "series not bounded: per-pod series for {have:?} (want {want:?}), \
-                     headroom_pods {counted} for {on_node} pods on the node, drift {drift:?}\n{}",
-                    self.logs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Converged and quiet: each pod stays at its generation, at its
-    /// ceiling in cpu.max and out of resize over 5 s (25 ticks).
-    async fn assert_quiet(&self, pods: &[(&str, i64)]) {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        for (name, g) in pods {
-            let p = self.get(name).await;
-            assert_eq!(
-                generation(&p),
-                *g,
-                "{name} patched again after converging:\n{}",
-                self.logs()
-            );
-            assert_eq!(self.cpu_max(name).as_deref(), Some(CEILING_MAX));
-            assert!(!in_progress(&p), "{name} still resizing");
-        }
-    }
+    fx.wait_running("other").await;
+    fx
 }
 
-/// A Burstable pod: CPU request and (optional) limit, memory request only.
-fn burstable(name: &str, node: &str, req: &str, lim: Option<&str>) -> Value {
-    let mut res = json!({"requests": {"cpu": req, "memory": "64Mi"}});
-    if let Some(l) = lim {
-        res["limits"] = json!({"cpu": l});
-    }
-    json!({
-        "metadata": {"name": name},
-        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": res}]}
-    })
-}
-
-fn generation(p: &Pod) -> i64 {
-    p.metadata.generation.unwrap_or(0)
-}
-
+/// The container "app"'s CPU limit in millicores.
 fn cpu_limit_m(p: &Pod) -> Option<u64> {
-    let c = p
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == "app")?;
-    let q = c.resources.as_ref()?.limits.as_ref()?.get("cpu")?;
-    headroom::quantity::cpu_millis(&q.0).ok()
+    testkit::scenario::pod::cpu_limit_m(p, "app")
 }
 
 fn in_progress(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c.type_ == "PodResizeInProgress" && c.status == "True")
-        })
-}
-
-fn touched_by_agent(p: &Pod) -> bool {
-    p.metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .any(|m| m.manager.as_deref() == Some("headroom-agent"))
+    has_condition(p, "PodResizeInProgress")
 }
 
 /// `headroom_resizes_total{result}`, summed over directions.
@@ -385,11 +86,105 @@ fn resizes(s: &Scrape, result: &str) -> f64 {
     metric(s, RESIZES, &[("result", result)]).unwrap_or(0.0)
 }
 
+/// `cpu.max` of container "app" of `name` on node 0, as on disk.
+fn cpu_max(fx: &Scenario<'_>, name: &str) -> Option<String> {
+    fx.cpu_max(name, "app")
+}
+
+async fn wait_cpu_max(fx: &Scenario<'_>, name: &str, want: &str) {
+    fx.wait_cpu_max(name, "app", want).await;
+}
+
+/// Waits until the agent's raise of `name` is patched (generation 2)
+/// and acknowledged by the kubelet but not applied: in flight.
+async fn wait_in_flight(fx: &Scenario<'_>, name: &str) {
+    fx.wait_pod(name, "resize patched and in progress", |p| {
+        generation(p) == 2 && cpu_limit_m(p) == Some(400) && in_progress(p)
+    })
+    .await;
+    assert_eq!(
+        cpu_max(fx, name).as_deref(),
+        Some("15000 100000"),
+        "the held resize must not be applied yet"
+    );
+}
+
+/// Lets the simulated kubelet apply `name`'s resizes again.
+fn release(fx: &Scenario<'_>, name: &str) {
+    fx.sim().set_fault(&fx.ns, name, Fault::None);
+}
+
+async fn wait_resizes(fx: &Scenario<'_>, result: &str, at_least: f64) -> Scrape {
+    let what = format!("{RESIZES}{{result={result:?}}} ≥ {at_least}");
+    fx.wait_metrics(&what, |s| resizes(s, result) >= at_least)
+        .await
+        .0
+}
+
+/// The pod on the node without an agent was never written by it.
+async fn assert_other_node_untouched(fx: &Scenario<'_>) {
+    let p = fx.get("other").await;
+    assert_eq!(generation(&p), 1, "the pod on the other node was resized");
+    assert_eq!(cpu_limit_m(&p), Some(150));
+    assert!(
+        !touched_by_agent(&p),
+        "the agent's field manager wrote the other node's pod"
+    );
+}
+
+/// Series stay bounded: per-pod series exist only for the live managed
+/// pods of this namespace on this node (`managed`), no drift gauge is
+/// left, and `headroom_pods` counts every pod of the node exactly once
+/// (a re-list must not count a pod twice). Waits for the agent's next
+/// ticks to catch up, then asserts.
+async fn assert_series_bounded(fx: &Scenario<'_>, managed: &[&str]) {
+    let want: BTreeSet<String> = managed.iter().map(|s| s.to_string()).collect();
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={}", fx.node()));
+    let all = Api::<Pod>::all(fx.client.clone());
+    fx.wait("series bounded", || async {
+        let on_node = all
+            .list(&on_node)
+            .await
+            .expect("list pods of the node")
+            .items
+            .len() as f64;
+        let s = fx.scrape().await;
+        let have = pod_series(&s, &fx.ns);
+        let counted = metric(&s, "headroom_pods", &[]).unwrap_or(0.0);
+        let drift = metric(&s, "headroom_cgroup_drift", &[("namespace", &fx.ns)]);
+        if have == want && counted == on_node && drift.is_none() {
+            return Ok(());
+        }
+        Err(format!(
+            "per-pod series for {have:?} (want {want:?}), headroom_pods {counted} for \
+             {on_node} pods on the node, drift {drift:?}"
+        ))
+    })
+    .await;
+}
+
+/// Converged and quiet: each pod stays at its generation, at its
+/// ceiling in cpu.max and out of resize over 5 s (25 ticks).
+async fn assert_quiet(fx: &Scenario<'_>, pods: &[(&str, i64)]) {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for (name, g) in pods {
+        let p = fx.get(name).await;
+        assert_eq!(
+            generation(&p),
+            *g,
+            "{name} patched again after converging:\n{}",
+            fx.logs()
+        );
+        assert_eq!(cpu_max(fx, name).as_deref(), Some(CEILING_MAX));
+        assert!(!in_progress(&p), "{name} still resizing");
+    }
+}
+
 /// No duplicate patch: every patch this agent counted as applied moved a
 /// pod's generation (an identical patch sent twice is accepted and counted
 /// but moves nothing). `since`: each pod's generation when this agent
 /// process started (1 for a pod created after it).
-async fn assert_patches_match_generations(fx: &Fx, since: &[(&str, i64)]) {
+async fn assert_patches_match_generations(fx: &Scenario<'_>, since: &[(&str, i64)]) {
     let s = fx.scrape().await;
     let mut bumps = 0;
     for (name, g) in since {
@@ -405,15 +200,28 @@ async fn assert_patches_match_generations(fx: &Fx, since: &[(&str, i64)]) {
 
 /// Converges after the fault: a pod created now is raised to its ceiling
 /// by one patch, which is verified (`verified` grows past `verified_before`).
-async fn new_pod_is_raised_and_verified(fx: &Fx, verified_before: f64) {
-    fx.create(burstable("b", &fx.node, "100m", Some("150m")))
+async fn new_pod_is_raised_and_verified(fx: &Scenario<'_>, verified_before: f64) {
+    fx.create(burstable("b", fx.node(), "100m", Some("150m")))
         .await;
-    fx.wait_for("b", "raised to its ceiling", |p| {
+    fx.wait_pod("b", "raised to its ceiling", |p| {
         cpu_limit_m(p) == Some(400)
     })
     .await;
-    fx.wait_cpu_max("b", CEILING_MAX).await;
-    fx.wait_resizes("verified", verified_before + 1.0).await;
+    wait_cpu_max(fx, "b", CEILING_MAX).await;
+    wait_resizes(fx, "verified", verified_before + 1.0).await;
+}
+
+/// The end state after every fault: pods "a" and "b" quiet at their
+/// ceilings, one patch each since `since` (their generations when this
+/// agent started), nothing unverified, the other node's pod untouched,
+/// series bounded, no panic.
+async fn assert_converged(fx: &mut Scenario<'_>, since: &[(&str, i64)]) {
+    assert_quiet(fx, &[("a", 2), ("b", 2)]).await;
+    assert_patches_match_generations(fx, since).await;
+    assert_eq!(resizes(&fx.scrape().await, "unverified"), 0.0);
+    assert_other_node_untouched(fx).await;
+    assert_series_bounded(fx, &["a", "b"]).await;
+    fx.assert_no_panic();
 }
 
 /// Agent log lines of the pod watch that report a 410 (expired
@@ -431,10 +239,10 @@ async fn apiserver_restart_in_the_middle_of_a_resize() {
     let cp = ControlPlane::start(ControlPlaneOptions::default())
         .await
         .expect("control plane");
-    let mut fx = Fx::setup(&cp, "apirestart").await;
-    fx.create(burstable("a", &fx.node, "100m", Some("150m")))
+    let mut fx = setup(&cp, "apirestart").await;
+    fx.create(burstable("a", fx.node(), "100m", Some("150m")))
         .await;
-    fx.wait_in_flight("a").await;
+    wait_in_flight(&fx, "a").await;
     let s = fx.scrape().await;
     assert_eq!(resizes(&s, "applied"), 1.0);
     assert_eq!(resizes(&s, "verified"), 0.0);
@@ -442,10 +250,10 @@ async fn apiserver_restart_in_the_middle_of_a_resize() {
     cp.kill_apiserver().expect("kill kube-apiserver");
     // The kubelet applies the resize while the apiserver is away; its
     // status report (done) can only reach the agent after the restart.
-    fx.release("a");
-    fx.wait_cpu_max("a", CEILING_MAX).await;
+    release(&fx, "a");
+    wait_cpu_max(&fx, "a", CEILING_MAX).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let (code, _) = fx.agent.get("/healthz").await.expect("agent serves");
+    let (code, _) = fx.agent().get("/healthz").await.expect("agent serves");
     assert_eq!(code, 200);
     assert_eq!(
         resizes(&fx.scrape().await, "verified"),
@@ -457,18 +265,13 @@ async fn apiserver_restart_in_the_middle_of_a_resize() {
     eprintln!("measured: kube-apiserver ready {took:?} after its restart");
     // Verification resumes: the resize in flight is verified once the
     // agent's watch is back and shows the kubelet done.
-    fx.wait_resizes("verified", 1.0).await;
-    fx.assert_quiet(&[("a", 2)]).await;
+    wait_resizes(&fx, "verified", 1.0).await;
+    assert_quiet(&fx, &[("a", 2)]).await;
     assert_patches_match_generations(&fx, &[("a", 1)]).await;
 
     // Converges after the fault: patches go through the new apiserver.
     new_pod_is_raised_and_verified(&fx, 1.0).await;
-    fx.assert_quiet(&[("a", 2), ("b", 2)]).await;
-    assert_patches_match_generations(&fx, &[("a", 1), ("b", 1)]).await;
-    assert_eq!(resizes(&fx.scrape().await, "unverified"), 0.0);
-    fx.assert_other_node_untouched().await;
-    fx.assert_series_bounded(&["a", "b"]).await;
-    fx.assert_no_panic();
+    assert_converged(&mut fx, &[("a", 1), ("b", 1)]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,12 +286,12 @@ async fn pod_watch_expired_by_etcd_compaction_is_relisted_and_verification_resum
     })
     .await
     .expect("control plane");
-    let mut fx = Fx::setup(&cp, "compact").await;
-    fx.create(burstable("a", &fx.node, "100m", Some("150m")))
+    let mut fx = setup(&cp, "compact").await;
+    fx.create(burstable("a", fx.node(), "100m", Some("150m")))
         .await;
-    fx.wait_in_flight("a").await;
+    wait_in_flight(&fx, "a").await;
     assert!(
-        gone_lines(&fx.agent.log()).is_empty(),
+        gone_lines(&fx.agent().log()).is_empty(),
         "a 410 before the fault"
     );
 
@@ -509,58 +312,40 @@ async fn pod_watch_expired_by_etcd_compaction_is_relisted_and_verification_resum
     // back); the agent resumes from its last resourceVersion: compacted.
     cp.kill_apiserver().expect("kill kube-apiserver");
     cp.start_apiserver().await.expect("restart kube-apiserver");
-    let t0 = Instant::now();
-    while gone_lines(&fx.agent.log()).is_empty() {
-        if t0.elapsed() > WAIT {
-            fx.fail("a 410 Gone on the agent's pod watch");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    fx.wait("a 410 Gone on the agent's pod watch", || async {
+        !gone_lines(&fx.agent().log()).is_empty()
+    })
+    .await;
     eprintln!(
         "agent saw: {}",
-        gone_lines(&fx.agent.log()).first().copied().unwrap_or("")
+        gone_lines(&fx.agent().log()).first().copied().unwrap_or("")
     );
     assert_eq!(resizes(&fx.scrape().await, "verified"), 0.0);
 
     // The re-listed cache still carries the resize in flight.
-    fx.release("a");
-    fx.wait_cpu_max("a", CEILING_MAX).await;
-    fx.wait_resizes("verified", 1.0).await;
-    fx.assert_quiet(&[("a", 2)]).await;
+    release(&fx, "a");
+    wait_cpu_max(&fx, "a", CEILING_MAX).await;
+    wait_resizes(&fx, "verified", 1.0).await;
+    assert_quiet(&fx, &[("a", 2)]).await;
     assert_patches_match_generations(&fx, &[("a", 1)]).await;
     // The re-list leaves no stale or doubled pod behind.
-    fx.assert_series_bounded(&["a"]).await;
+    assert_series_bounded(&fx, &["a"]).await;
 
     new_pod_is_raised_and_verified(&fx, 1.0).await;
-    fx.assert_quiet(&[("a", 2), ("b", 2)]).await;
-    assert_patches_match_generations(&fx, &[("a", 1), ("b", 1)]).await;
-    assert_eq!(resizes(&fx.scrape().await, "unverified"), 0.0);
-    fx.assert_other_node_untouched().await;
-    fx.assert_series_bounded(&["a", "b"]).await;
-    fx.assert_no_panic();
+    assert_converged(&mut fx, &[("a", 1), ("b", 1)]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_sigkilled_between_patch_and_verification_is_started_again() {
     let cp = ControlPlane::shared();
-    let mut fx = Fx::setup(cp, "sigkill").await;
-    fx.create(burstable("a", &fx.node, "100m", Some("150m")))
+    let mut fx = setup(cp, "sigkill").await;
+    fx.create(burstable("a", fx.node(), "100m", Some("150m")))
         .await;
-    fx.wait_in_flight("a").await;
+    wait_in_flight(&fx, "a").await;
 
     // SIGKILL: no shutdown path runs. Then the same agent starts again.
-    fx.agent.kill();
-    let again = AgentProcess::start(
-        cp.kubeconfig_path(),
-        &fx.node,
-        &fx.sim.config().cgroup_root,
-        fx.dir.path(),
-        &agent_args(),
-    )
-    .await
-    .expect("agent starts again");
-    let old = std::mem::replace(&mut fx.agent, again);
-    fx.killed.push(old);
+    fx.kill_agent(0);
+    fx.start_agent(0, agent_args()).await;
 
     // The new process finds the resize still in flight: it must leave it
     // to the kubelet, not send it again.
@@ -573,8 +358,8 @@ async fn agent_sigkilled_between_patch_and_verification_is_started_again() {
     })
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    fx.release("a");
-    fx.wait_cpu_max("a", CEILING_MAX).await;
+    release(&fx, "a");
+    wait_cpu_max(&fx, "a", CEILING_MAX).await;
     // Verification resumes in the new process: it knows nothing of the
     // patch, but its audit holds the pod to its spec, finds cpu.max
     // matching (no drift) and reports the pod managed at the limit applied.
@@ -586,51 +371,45 @@ async fn agent_sigkilled_between_patch_and_verification_is_started_again() {
         ) == Some(400.0)
     })
     .await;
-    fx.assert_quiet(&[("a", 2)]).await;
+    assert_quiet(&fx, &[("a", 2)]).await;
     assert_patches_match_generations(&fx, &[("a", 2)]).await;
     assert!(
-        !fx.agent.log().contains("cgroup drift"),
+        !fx.agent().log().contains("cgroup drift"),
         "drift reported for a resize the kubelet completed:\n{}",
         fx.logs()
     );
-    fx.assert_series_bounded(&["a"]).await;
+    assert_series_bounded(&fx, &["a"]).await;
 
     // Converges after the fault, verifying its own resizes.
     new_pod_is_raised_and_verified(&fx, 0.0).await;
-    fx.assert_quiet(&[("a", 2), ("b", 2)]).await;
-    assert_patches_match_generations(&fx, &[("a", 2), ("b", 1)]).await;
-    assert_eq!(resizes(&fx.scrape().await, "unverified"), 0.0);
-    fx.assert_other_node_untouched().await;
-    fx.assert_series_bounded(&["a", "b"]).await;
-    fx.assert_no_panic();
+    assert_converged(&mut fx, &[("a", 2), ("b", 1)]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_object_deleted_and_recreated_mid_resize() {
     let cp = ControlPlane::shared();
-    let mut fx = Fx::setup(cp, "nodegone").await;
-    fx.create(burstable("a", &fx.node, "100m", Some("150m")))
+    let mut fx = setup(cp, "nodegone").await;
+    fx.create(burstable("a", fx.node(), "100m", Some("150m")))
         .await;
-    fx.wait_in_flight("a").await;
+    wait_in_flight(&fx, "a").await;
 
     let nodes: Api<Node> = Api::all(fx.client.clone());
     nodes
-        .delete(&fx.node, &DeleteParams::default())
+        .delete(fx.node(), &DeleteParams::default())
         .await
         .expect("delete Node");
-    let t0 = Instant::now();
-    while nodes.get_opt(&fx.node).await.expect("get Node").is_some() {
-        assert!(t0.elapsed() < WAIT, "Node not deleted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    fx.wait("Node deleted", || async {
+        nodes.get_opt(fx.node()).await.expect("get Node").is_none()
+    })
+    .await;
     // While the Node is gone the kubelet finishes the resize: verification
     // needs the pod and its cgroups, not the Node.
-    fx.release("a");
-    fx.wait_cpu_max("a", CEILING_MAX).await;
-    fx.wait_resizes("verified", 1.0).await;
+    release(&fx, "a");
+    wait_cpu_max(&fx, "a", CEILING_MAX).await;
+    wait_resizes(&fx, "verified", 1.0).await;
     // A new pod the agent wants to raise: resize admission cannot find
     // the Node and refuses. Bounded retries, no patch through.
-    fx.create(burstable("b", &fx.node, "100m", Some("150m")))
+    fx.create(burstable("b", fx.node(), "100m", Some("150m")))
         .await;
     fx.wait_running("b").await;
     fx.wait_metrics("a refused patch of b", |s| {
@@ -656,49 +435,41 @@ async fn node_object_deleted_and_recreated_mid_resize() {
     );
 
     // The kubelet registers the Node again; the agent converges.
-    fx.sim
+    fx.sim()
         .register_node(&fx.client)
         .await
         .expect("recreate Node");
-    cp.wait_node_admissible(&fx.node)
+    cp.wait_node_admissible(fx.node())
         .await
         .expect("Node admissible again");
-    fx.wait_for("b", "raised to its ceiling", |p| {
+    fx.wait_pod("b", "raised to its ceiling", |p| {
         cpu_limit_m(p) == Some(400)
     })
     .await;
-    fx.wait_cpu_max("b", CEILING_MAX).await;
-    fx.wait_resizes("verified", 2.0).await;
-    fx.assert_quiet(&[("a", 2), ("b", 2)]).await;
-    assert_patches_match_generations(&fx, &[("a", 1), ("b", 1)]).await;
-    assert_eq!(resizes(&fx.scrape().await, "unverified"), 0.0);
-    fx.assert_other_node_untouched().await;
-    fx.assert_series_bounded(&["a", "b"]).await;
-    fx.assert_no_panic();
+    wait_cpu_max(&fx, "b", CEILING_MAX).await;
+    wait_resizes(&fx, "verified", 2.0).await;
+    assert_converged(&mut fx, &[("a", 1), ("b", 1)]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_deleted_during_its_resize_is_forgotten() {
     let cp = ControlPlane::shared();
-    let mut fx = Fx::setup(cp, "poddel").await;
+    let mut fx = setup(cp, "poddel").await;
     let first = fx
-        .create(burstable("a", &fx.node, "100m", Some("150m")))
+        .create(burstable("a", fx.node(), "100m", Some("150m")))
         .await;
-    fx.wait_in_flight("a").await;
+    wait_in_flight(&fx, "a").await;
 
     fx.pods()
         .delete("a", &DeleteParams::default())
         .await
         .expect("delete pod");
-    let t0 = Instant::now();
-    while fx.pods().get_opt("a").await.expect("get pod").is_some() {
-        if t0.elapsed() > WAIT {
-            fx.fail("pod a gone");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    fx.wait("pod a gone", || async {
+        fx.pods().get_opt("a").await.expect("get pod").is_none()
+    })
+    .await;
     // Its series go with it; its resize is neither verified nor sent again.
-    fx.assert_series_bounded(&[]).await;
+    assert_series_bounded(&fx, &[]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let s = fx.scrape().await;
     assert_eq!(
@@ -716,18 +487,18 @@ async fn pod_deleted_during_its_resize_is_forgotten() {
 
     // A new pod of the same name (a new uid) is managed afresh: one patch,
     // verified, nothing inherited from the deleted one.
-    fx.release("a");
+    release(&fx, "a");
     let second = fx
-        .create(burstable("a", &fx.node, "100m", Some("150m")))
+        .create(burstable("a", fx.node(), "100m", Some("150m")))
         .await;
     assert_ne!(first.metadata.uid, second.metadata.uid);
-    fx.wait_for("a", "raised to its ceiling", |p| {
+    fx.wait_pod("a", "raised to its ceiling", |p| {
         cpu_limit_m(p) == Some(400)
     })
     .await;
-    fx.wait_cpu_max("a", CEILING_MAX).await;
-    fx.wait_resizes("verified", 1.0).await;
-    fx.assert_quiet(&[("a", 2)]).await;
+    wait_cpu_max(&fx, "a", CEILING_MAX).await;
+    wait_resizes(&fx, "verified", 1.0).await;
+    assert_quiet(&fx, &[("a", 2)]).await;
     // 2 = the deleted pod's patch + this one.
     let s = fx.scrape().await;
     assert_eq!(
@@ -737,7 +508,7 @@ async fn pod_deleted_during_its_resize_is_forgotten() {
         fx.logs()
     );
     assert_eq!(resizes(&s, "unverified"), 0.0);
-    fx.assert_other_node_untouched().await;
-    fx.assert_series_bounded(&["a"]).await;
+    assert_other_node_untouched(&fx).await;
+    assert_series_bounded(&fx, &["a"]).await;
     fx.assert_no_panic();
 }

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
-use testkit::control_plane::ControlPlane;
-use testkit::kubelet_sim::{SimConfig, SimKubelet, WriteMode};
+use testkit::kubelet_sim::WriteMode;
+use testkit::scenario::Scenario;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -28,20 +28,14 @@ async fn wait_status(agent: &AgentProcess, path: &str, want: u16) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_kubepods_cpu_max_fails_ticks_but_http_answers() {
-    let cp = ControlPlane::shared();
-    let client = cp.client().await;
-    let ns = cp.namespace("reads").await;
-    let dir = tempfile::tempdir().unwrap();
-    let node = format!("{ns}-n0");
-    let root = dir.path().join("cg");
-    let mut cfg = SimConfig::new(&node, &root);
-    cfg.write_mode = WriteMode::InPlace;
-    let sim = SimKubelet::start(client.clone(), cfg).await.unwrap();
-    cp.wait_node_admissible(&node).await.unwrap();
-    let agent = AgentProcess::start(cp.kubeconfig_path(), &node, &root, dir.path(), &fast_args())
-        .await
-        .unwrap();
-    wait_status(&agent, "/readyz", 200).await;
+    let s = Scenario::builder("reads")
+        .not_opted_in()
+        .sim(|cfg| cfg.write_mode = WriteMode::InPlace)
+        .agent(fast_args())
+        .start()
+        .await;
+    let (sim, agent) = (s.sim(), s.agent());
+    wait_status(agent, "/readyz", 200).await;
 
     let cpu_max = sim.kubepods_path().join("cpu.max");
     let saved = std::fs::read(&cpu_max).unwrap();
@@ -53,10 +47,10 @@ async fn fifo_kubepods_cpu_max_fails_ticks_but_http_answers() {
     assert!(made.success());
 
     // 3 failed 200 ms ticks: /readyz turns 503; /healthz answers throughout.
-    let took = wait_status(&agent, "/readyz", 503).await;
+    let took = wait_status(agent, "/readyz", 503).await;
     eprintln!("/readyz 503 after {took:?}");
     for _ in 0..5 {
-        wait_status(&agent, "/healthz", 200).await;
+        wait_status(agent, "/healthz", 200).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let scrape = parse_metrics(&agent.scrape().await.unwrap()).unwrap();
@@ -70,6 +64,6 @@ async fn fifo_kubepods_cpu_max_fails_ticks_but_http_answers() {
 
     std::fs::remove_file(&cpu_max).unwrap();
     std::fs::write(&cpu_max, saved).unwrap();
-    wait_status(&agent, "/readyz", 200).await;
-    sim.stop().await;
+    wait_status(agent, "/readyz", 200).await;
+    s.stop().await;
 }

@@ -27,9 +27,8 @@ use testkit::agent::{
     AgentProcess, fast_args_with, inotify_watches, metric, open_fds, parse_metrics, pod_series,
     series_count,
 };
-use testkit::control_plane::ControlPlane;
-use testkit::kubelet_sim::{SimConfig, SimKubelet};
-use testkit::workload::{Churn, Kind, create_all, mix, opt_in, pod_names, wait_running};
+use testkit::scenario::{Scenario, quick_kubelet, wait_until};
+use testkit::workload::{Churn, Kind, create_all, mix, pod_names, wait_running};
 
 /// 60 pods in about the footprint mix's proportions.
 const PODS: [(Kind, usize); 5] = [
@@ -138,52 +137,50 @@ struct Seen<'a> {
 
 /// Polls /metrics and the apiserver until `ok` holds; panics with `what`
 /// and the agent log after [`WAIT`].
-async fn wait_until(
-    agent: &AgentProcess,
-    api: &Api<Pod>,
-    node_pods: &Api<Pod>,
-    node: &str,
-    ns: &str,
+async fn wait_seen(
+    s: &Scenario<'_>,
     what: &str,
-    mut ok: impl FnMut(&Seen<'_>) -> bool,
+    ok: impl FnMut(&Seen<'_>) -> bool,
 ) -> prometheus_parse::Scrape {
-    let t0 = Instant::now();
-    loop {
-        let listed = pod_names(api).await.expect("list pods");
+    let (api, node_pods) = (s.pods(), Api::<Pod>::all(s.client.clone()));
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={}", s.node()));
+    let ok = std::cell::RefCell::new(ok);
+    let check = || async {
+        let listed = pod_names(&api).await.expect("list pods");
         let on_node = node_pods
-            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .list(&on_node)
             .await
             .expect("list pods of the node")
             .items
             .len();
-        let scrape = parse_metrics(&agent.scrape().await.expect("scrape")).expect("parse /metrics");
-        let series = pod_series(&scrape, ns);
+        let text = s.agent().scrape().await.expect("scrape");
+        let scrape = parse_metrics(&text).expect("parse /metrics");
+        let series = pod_series(&scrape, &s.ns);
         let seen = Seen {
             series: &series,
             scrape: &scrape,
             listed: &listed,
             on_node,
         };
-        if ok(&seen) {
-            return scrape;
+        if (ok.borrow_mut())(&seen) {
+            return Ok(scrape);
         }
-        if t0.elapsed() > WAIT {
-            let stale: Vec<&String> = series.difference(&listed).collect();
-            let states: Vec<String> = scrape
-                .samples
-                .iter()
-                .filter(|x| x.metric == "headroom_pods")
-                .map(|x| format!("{:?}={:?}", x.labels.get("reason"), x.value))
-                .collect();
-            panic!(
-                "{what}: not within {WAIT:?}\nper-pod series for {} pods, of which not listed by \
-                 the apiserver: {stale:?}\nheadroom_pods by reason: {states:?} for {on_node} \
-                 pods on the node\nagent log:\n{}",
-                series.len(),
-                agent.log_tail(30)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let stale: Vec<&String> = series.difference(&listed).collect();
+        let states: Vec<String> = scrape
+            .samples
+            .iter()
+            .filter(|x| x.metric == "headroom_pods")
+            .map(|x| format!("{:?}={:?}", x.labels.get("reason"), x.value))
+            .collect();
+        Err(format!(
+            "per-pod series for {} pods, of which not listed by the apiserver: {stale:?}\n\
+             headroom_pods by reason: {states:?} for {on_node} pods on the node",
+            series.len()
+        ))
+    };
+    match wait_until(what, WAIT, check).await {
+        Ok((scrape, _)) => scrape,
+        Err(t) => panic!("{t}\nagent log:\n{}", s.agent().log_tail(30)),
     }
 }
 
@@ -215,84 +212,60 @@ fn managed(want: BTreeSet<String>) -> impl FnMut(&Seen<'_>) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_churn_leaves_no_series_of_gone_pods_and_no_fd_growth() {
-    let cp = ControlPlane::shared();
-    let client = cp.client().await;
-    let ns = cp.namespace("soak").await;
-    opt_in(&client, &ns).await.expect("label namespace");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let node = format!("{ns}-n0");
-    let mut cfg = SimConfig::new(&node, dir.path().join("cg"));
-    cfg.resize_delay = Duration::from_millis(100);
-    cfg.status_delay = Duration::from_millis(100);
-    cfg.tick = SIM_TICK;
-    let sim = SimKubelet::start(client.clone(), cfg)
-        .await
-        .expect("sim starts");
-    cp.wait_node_admissible(&node)
-        .await
-        .expect("node admissible");
-    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let all: Api<Pod> = Api::all(client.clone());
+    let mut s = Scenario::builder("soak")
+        .sim(quick_kubelet)
+        .sim(|cfg| cfg.tick = SIM_TICK)
+        .start()
+        .await;
+    let (ns, node) = (s.ns.clone(), s.node().to_string());
+    let api = s.pods();
 
     let specs = mix(&node, &PODS);
-    for s in &specs {
-        sim.set_demand(&ns, &s.name, s.demand_m);
+    for p in &specs {
+        s.sim().set_demand(&ns, &p.name, p.demand_m);
     }
-    create_all(&api, specs.iter().map(|s| s.body.clone()).collect())
+    create_all(&api, specs.iter().map(|p| p.body.clone()).collect())
         .await
         .expect("create pods");
     wait_running(&api, specs.len(), WAIT)
         .await
         .expect("pods Running");
-    let mut agent = AgentProcess::start(
-        cp.kubeconfig_path(),
-        &node,
-        &sim.config().cgroup_root,
-        dir.path(),
-        &agent_args(),
-    )
-    .await
-    .expect("agent starts");
-    let pid = agent.pid().expect("agent pid");
+    s.start_agent(0, agent_args()).await;
+    let pid = s.agent().pid().expect("agent pid");
     let mut churn = Churn::new(api.clone(), &ns, &node, &specs, 12);
 
     // Before: every managed pod managed, with its series.
-    let s0 = wait_until(
-        &agent,
-        &api,
-        &all,
-        &node,
-        &ns,
+    let s0 = wait_seen(
+        &s,
         "every managed pod managed before the churn",
         managed(churn.live_managed()),
     )
     .await;
-    let before = Sample::take(&agent, pid).await;
+    let before = Sample::take(s.agent(), pid).await;
     let applied_before = metric(&s0, "headroom_resizes_total", &[("result", "applied")]);
 
     // Churn.
     let t0 = Instant::now();
     while t0.elapsed() < CHURN {
-        churn.step(&sim, REPLACE, RELOAD).await.expect("churn step");
+        churn
+            .step(s.sim(), REPLACE, RELOAD)
+            .await
+            .expect("churn step");
         assert!(
-            agent.is_running(),
+            s.agent_mut().is_running(),
             "agent exited during the churn:\n{}",
-            agent.log_tail(40)
+            s.agent().log_tail(40)
         );
         tokio::time::sleep(STEP).await;
     }
-    churn.calm(&sim);
+    churn.calm(s.sim());
     let churned = t0.elapsed();
 
     // No series for a pod that is gone: every deleted pod's deletion
     // confirmed and its series removed, none for a pod not listed.
     let gone = churn.gone().clone();
-    let s1 = wait_until(
-        &agent,
-        &api,
-        &all,
-        &node,
-        &ns,
+    let s1 = wait_seen(
+        &s,
         "no per-pod series for pods that no longer exist",
         |seen| {
             gone.iter().all(|g| !seen.listed.contains(g))
@@ -302,18 +275,14 @@ async fn pod_churn_leaves_no_series_of_gone_pods_and_no_fd_growth() {
     )
     .await;
     // The managed pods that remain are still managed, each counted once.
-    let s2 = wait_until(
-        &agent,
-        &api,
-        &all,
-        &node,
-        &ns,
+    let s2 = wait_seen(
+        &s,
         "every remaining managed pod managed after the churn",
         managed(churn.live_managed()),
     )
     .await;
 
-    let after = Sample::take(&agent, pid).await;
+    let after = Sample::take(s.agent(), pid).await;
     let applied = |s: &prometheus_parse::Scrape| {
         metric(s, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0)
     };
@@ -355,13 +324,17 @@ async fn pod_churn_leaves_no_series_of_gone_pods_and_no_fd_growth() {
         after.fds,
         fd_listing(pid)
     );
-    assert!(agent.is_running(), "agent exited:\n{}", agent.log_tail(40));
-    let (code, _) = agent.get("/healthz").await.expect("agent serves");
+    assert!(
+        s.agent_mut().is_running(),
+        "agent exited:\n{}",
+        s.agent().log_tail(40)
+    );
+    let (code, _) = s.agent().get("/healthz").await.expect("agent serves");
     assert_eq!(code, 200, "/healthz");
     assert!(
-        !agent.log().contains("panicked"),
+        !s.agent().log().contains("panicked"),
         "agent panicked:\n{}",
-        agent.log_tail(40)
+        s.agent().log_tail(40)
     );
     // The churn made the agent patch (raises of new pods, moves with the
     // load): resizes in flight met deletions. Fewer than that is no churn.
@@ -369,8 +342,7 @@ async fn pod_churn_leaves_no_series_of_gone_pods_and_no_fd_growth() {
         applied(&s2) >= applied_before.unwrap_or(0.0) + MIN_PATCHES,
         "fewer than {MIN_PATCHES} patches during the churn: it exercised too little"
     );
-    agent.stop().await;
-    sim.stop().await;
+    s.stop().await;
 }
 
 /// `fd -> target` lines of a process, for a failure message.

@@ -6,205 +6,58 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::api::DeleteParams;
 use prometheus_parse::Scrape;
 use serde_json::{Value, json};
-use tempfile::TempDir;
-use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
-use testkit::control_plane::ControlPlane;
-use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet, WriteMode};
+use testkit::agent::{fast_args, fast_args_with, metric};
+use testkit::kubelet_sim::{Fault, SimConfig, WriteMode};
+use testkit::scenario::Scenario;
+use testkit::scenario::pod::{cpu_limit_m, generation, opted_out, pod_limit_m};
 
-/// Bound of every wait: generous for a loaded 2-core machine.
-const WAIT: Duration = Duration::from_secs(60);
 const DRIFT: &str = "headroom_cgroup_drift";
 const DRIFT_EVENTS: &str = "headroom_cgroup_drift_events_total";
 const RESIZES: &str = "headroom_resizes_total";
 const LATENCY: &str = "headroom_resize_verification_latency_seconds";
 
-/// One simulated node with its agent, in a fresh opted-in namespace.
-struct Env {
-    client: Client,
-    ns: String,
-    node: String,
-    sim: SimKubelet,
-    agent: AgentProcess,
-    _dir: TempDir,
+/// One simulated node with its agent (`args`), in a fresh opted-in
+/// namespace; the simulator writes cgroup files in place, as the real
+/// kubelet does (truncate + write, raising IN_MODIFY).
+async fn env_with(
+    prefix: &str,
+    tweak: impl FnOnce(&mut SimConfig),
+    args: Vec<String>,
+) -> Scenario<'static> {
+    Scenario::builder(prefix)
+        .sim(|c| c.write_mode = WriteMode::InPlace)
+        .sim(tweak)
+        .agent(args)
+        .start()
+        .await
 }
 
-impl Env {
-    async fn start(prefix: &str, tweak: impl FnOnce(&mut SimConfig)) -> Env {
-        Env::start_with(prefix, tweak, fast_args()).await
-    }
-
-    async fn start_with(
-        prefix: &str,
-        tweak: impl FnOnce(&mut SimConfig),
-        args: Vec<String>,
-    ) -> Env {
-        let cp = ControlPlane::shared();
-        let client = cp.client().await;
-        let ns = cp.namespace(prefix).await;
-        Api::<Namespace>::all(client.clone())
-            .patch(
-                &ns,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-            )
-            .await
-            .expect("label namespace");
-        let dir = tempfile::tempdir().expect("tempdir");
-        let node = format!("{ns}-n0");
-        let root = dir.path().join("cg");
-        let mut cfg = SimConfig::new(&node, &root);
-        // What the real kubelet does: truncate + write, raising IN_MODIFY.
-        cfg.write_mode = WriteMode::InPlace;
-        tweak(&mut cfg);
-        let sim = SimKubelet::start(client.clone(), cfg)
-            .await
-            .expect("sim starts");
-        cp.wait_node_admissible(&node)
-            .await
-            .expect("node admissible");
-        let agent = AgentProcess::start(cp.kubeconfig_path(), &node, &root, dir.path(), &args)
-            .await
-            .expect("agent starts");
-        Env {
-            client,
-            ns,
-            node,
-            sim,
-            agent,
-            _dir: dir,
-        }
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    async fn create(&self, pod: Value) {
-        let pod: Pod = serde_json::from_value(pod).expect("pod json");
-        self.pods()
-            .create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod");
-    }
-
-    async fn get(&self, name: &str) -> Pod {
-        self.pods().get(name).await.expect("get pod")
-    }
-
-    fn fail(&self, what: &str) -> ! {
-        panic!(
-            "{what} not reached within {WAIT:?}\nagent log:\n{}",
-            self.agent.log_tail(40)
-        )
-    }
-
-    /// Polls the pod until `f` holds; returns how long it took.
-    async fn wait_pod(&self, name: &str, what: &str, f: impl Fn(&Pod) -> bool) -> Duration {
-        let t0 = Instant::now();
-        loop {
-            if f(&self.get(name).await) {
-                return t0.elapsed();
-            }
-            if t0.elapsed() > WAIT {
-                self.fail(&format!("{name}: {what}"));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    async fn scrape(&self) -> Scrape {
-        let text = self.agent.scrape().await.expect("scrape /metrics");
-        parse_metrics(&text).expect("parse /metrics")
-    }
-
-    /// Polls `/metrics` until `f` holds; returns the scrape and the wait.
-    async fn wait_metrics(&self, what: &str, f: impl Fn(&Scrape) -> bool) -> (Scrape, Duration) {
-        let t0 = Instant::now();
-        loop {
-            let s = self.scrape().await;
-            if f(&s) {
-                return (s, t0.elapsed());
-            }
-            if t0.elapsed() > WAIT {
-                self.fail(what);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// events.k8s.io/v1 Events regarding pod `name` with `reason`.
-    async fn events(&self, name: &str, reason: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), &self.ns)
-            .list(&ListParams::default())
-            .await
-            .expect("list events")
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    && e.reason.as_deref() == Some(reason)
-            })
-            .collect()
-    }
-
-    async fn wait_events(&self, name: &str, reason: &str) -> Vec<Event> {
-        let t0 = Instant::now();
-        loop {
-            let evs = self.events(name, reason).await;
-            if !evs.is_empty() {
-                return evs;
-            }
-            if t0.elapsed() > WAIT {
-                self.fail(&format!("{reason} Event on {name}"));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// The drift gauge of one cgroup (`""` = pod cgroup), `None` if absent.
-    fn drift(&self, s: &Scrape, pod: &str, container: &str) -> Option<f64> {
-        metric(
-            s,
-            DRIFT,
-            &[
-                ("namespace", &self.ns),
-                ("pod", pod),
-                ("container", container),
-            ],
-        )
-    }
-
-    /// Every drift gauge of a pod, any cgroup.
-    fn drift_any(&self, s: &Scrape, pod: &str) -> f64 {
-        metric(s, DRIFT, &[("namespace", &self.ns), ("pod", pod)]).unwrap_or(0.0)
-    }
+/// [`env_with`] the fast test flags.
+async fn env(prefix: &str, tweak: impl FnOnce(&mut SimConfig)) -> Scenario<'static> {
+    env_with(prefix, tweak, fast_args()).await
 }
 
-/// `fast_args()` with some flag values replaced.
-fn args_with(overrides: &[(&str, &str)]) -> Vec<String> {
-    let mut args = fast_args();
-    for (flag, value) in overrides {
-        match args.iter().position(|a| a == flag) {
-            Some(i) => args[i + 1] = value.to_string(),
-            None => args.extend([flag.to_string(), value.to_string()]),
-        }
-    }
-    args
+/// The drift gauge of one cgroup (`""` = pod cgroup), `None` if absent.
+fn drift(e: &Scenario<'_>, s: &Scrape, pod: &str, container: &str) -> Option<f64> {
+    metric(
+        s,
+        DRIFT,
+        &[("namespace", &e.ns), ("pod", pod), ("container", container)],
+    )
+}
+
+/// Every drift gauge of a pod, any cgroup.
+fn drift_any(e: &Scenario<'_>, s: &Scrape, pod: &str) -> f64 {
+    metric(s, DRIFT, &[("namespace", &e.ns), ("pod", pod)]).unwrap_or(0.0)
 }
 
 /// A Burstable pod: CPU request and limit, memory request only.
 fn burstable(name: &str, node: &str, req: &str, lim: &str) -> Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
-            "resources": {"requests": {"cpu": req, "memory": "64Mi"}, "limits": {"cpu": lim}}}]}
-    })
+    testkit::scenario::pod::burstable(name, node, req, Some(lim))
 }
 
 /// docs/kubelet-behaviour.md §4 pod e: pod-level req cpu 100m / mem 128Mi, lim cpu 500m / mem 128Mi.
@@ -212,36 +65,6 @@ fn pod_level_e(name: &str, node: &str) -> Value {
     json!({"metadata": {"name": name}, "spec": {"nodeName": node,
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
         "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]}})
-}
-
-fn millis(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u64> {
-    q.and_then(|q| headroom::quantity::cpu_millis(&q.0).ok())
-}
-
-fn cpu_limit_m(p: &Pod, container: &str) -> Option<u64> {
-    let c = p
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == container)?;
-    millis(c.resources.as_ref()?.limits.as_ref()?.get("cpu"))
-}
-
-fn pod_limit_m(p: &Pod) -> Option<u64> {
-    millis(
-        p.spec
-            .as_ref()?
-            .resources
-            .as_ref()?
-            .limits
-            .as_ref()?
-            .get("cpu"),
-    )
-}
-
-fn generation(p: &Pod) -> i64 {
-    p.metadata.generation.unwrap_or(0)
 }
 
 fn notes(evs: &[Event]) -> Vec<String> {
@@ -257,10 +80,10 @@ fn mean_latency(s: &Scrape) -> Option<(f64, f64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_applied_resize_is_drift_with_expected_and_actual_in_the_event() {
-    let e = Env::start("vnever", |_| {}).await;
+    let e = env("vnever", |_| {}).await;
     // Set before the pod exists, so the agent's first raise is never applied.
-    e.sim.set_fault(&e.ns, "p", Fault::NeverApply);
-    e.create(burstable("p", &e.node, "100m", "150m")).await;
+    e.sim().set_fault(&e.ns, "p", Fault::NeverApply);
+    e.create(burstable("p", e.node(), "100m", "150m")).await;
     let raised = e
         .wait_pod("p", "spec raised to 400m", |p| {
             cpu_limit_m(p, "app") == Some(400)
@@ -268,11 +91,11 @@ async fn never_applied_resize_is_drift_with_expected_and_actual_in_the_event() {
         .await;
     // Grace (2 s) + one audit interval (1 s), bounded by WAIT.
     let (s, took) = e
-        .wait_metrics("drift gauge on p", |s| e.drift_any(s, "p") >= 1.0)
+        .wait_metrics("drift gauge on p", |s| drift_any(&e, s, "p") >= 1.0)
         .await;
     eprintln!("measured: raise visible after {raised:?}, then drift gauge after {took:?}");
     assert!(
-        e.drift(&s, "p", "app") == Some(1.0) || e.drift(&s, "p", "") == Some(1.0),
+        drift(&e, &s, "p", "app") == Some(1.0) || drift(&e, &s, "p", "") == Some(1.0),
         "drift gauge set for the container or the pod cgroup"
     );
     let evs = e.wait_events("p", "CgroupDrift").await;
@@ -301,9 +124,9 @@ async fn never_applied_resize_is_drift_with_expected_and_actual_in_the_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_value_is_drift() {
-    let e = Env::start("vwrong", |_| {}).await;
+    let e = env("vwrong", |_| {}).await;
     // docs/kubelet-behaviour.md §4's odd value: 110m in the container cgroup, whatever the spec says.
-    e.sim.set_fault(
+    e.sim().set_fault(
         &e.ns,
         "p",
         Fault::WrongValue {
@@ -311,15 +134,15 @@ async fn wrong_value_is_drift() {
             cpu_max: "11000 100000".into(),
         },
     );
-    e.create(burstable("p", &e.node, "100m", "150m")).await;
+    e.create(burstable("p", e.node(), "100m", "150m")).await;
     let (s, took) = e
         .wait_metrics("drift gauge on p/app", |s| {
-            e.drift(s, "p", "app") == Some(1.0)
+            drift(&e, s, "p", "app") == Some(1.0)
         })
         .await;
     eprintln!("measured: wrong value → drift gauge after {took:?}");
     assert_eq!(
-        e.drift(&s, "p", ""),
+        drift(&e, &s, "p", ""),
         None,
         "the pod cgroup holds the right value: no drift there"
     );
@@ -335,21 +158,21 @@ async fn wrong_value_is_drift() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_cgroup_updated_but_not_the_container_is_drift_on_the_container() {
-    let e = Env::start("vpodonly", |_| {}).await;
-    e.sim.set_fault(&e.ns, "p", Fault::PodOnly);
-    e.create(burstable("p", &e.node, "100m", "150m")).await;
+    let e = env("vpodonly", |_| {}).await;
+    e.sim().set_fault(&e.ns, "p", Fault::PodOnly);
+    e.create(burstable("p", e.node(), "100m", "150m")).await;
     e.wait_pod("p", "spec raised to 400m", |p| {
         cpu_limit_m(p, "app") == Some(400)
     })
     .await;
     let (s, took) = e
         .wait_metrics("drift gauge on p/app", |s| {
-            e.drift(s, "p", "app") == Some(1.0)
+            drift(&e, s, "p", "app") == Some(1.0)
         })
         .await;
     eprintln!("measured: pod-only resize → container drift gauge after {took:?}");
     assert_eq!(
-        e.drift(&s, "p", ""),
+        drift(&e, &s, "p", ""),
         None,
         "the pod cgroup was updated: no drift on it"
     );
@@ -364,27 +187,23 @@ async fn pod_cgroup_updated_but_not_the_container_is_drift_on_the_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_band_write_is_drift_and_clears_when_restored() {
-    let e = Env::start("voob", |_| {}).await;
+    let e = env("voob", |_| {}).await;
     // Opted out: the agent never patches it, so its right value stays 150m.
-    let mut pod = burstable("p", &e.node, "100m", "150m");
-    pod["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    let pod = opted_out(burstable("p", e.node(), "100m", "150m"));
     e.create(pod).await;
-    e.wait_pod("p", "Running", |p| {
-        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-    })
-    .await;
+    e.wait_pod("p", "Running", testkit::workload::running).await;
     // Let a few audits pass on the correct value: no drift before the write.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let s = e.scrape().await;
-    assert_eq!(e.drift_any(&s, "p"), 0.0, "drift before any write");
+    assert_eq!(drift_any(&e, &s, "p"), 0.0, "drift before any write");
     let before = metric(&s, DRIFT_EVENTS, &[("cgroup", "container")]).unwrap_or(0.0);
 
-    e.sim
+    e.sim()
         .write_cpu_max_out_of_band(&e.ns, "p", Some("app"), "20000 100000")
         .expect("out-of-band write");
     let (s, took) = e
         .wait_metrics("drift gauge on p/app", |s| {
-            e.drift(s, "p", "app") == Some(1.0)
+            drift(&e, s, "p", "app") == Some(1.0)
         })
         .await;
     eprintln!("measured: out-of-band write → drift gauge after {took:?} (grace 2 s)");
@@ -401,16 +220,16 @@ async fn out_of_band_write_is_drift_and_clears_when_restored() {
         "note: {notes:?}"
     );
 
-    e.sim
+    e.sim()
         .write_cpu_max_out_of_band(&e.ns, "p", Some("app"), "15000 100000")
         .expect("restore");
     let (s, took) = e
         .wait_metrics("drift gauge of p/app gone", |s| {
-            e.drift(s, "p", "app").unwrap_or(0.0) == 0.0
+            drift(&e, s, "p", "app").unwrap_or(0.0) == 0.0
         })
         .await;
     eprintln!("measured: restore → drift cleared after {took:?}");
-    assert_eq!(e.drift_any(&s, "p"), 0.0);
+    assert_eq!(drift_any(&e, &s, "p"), 0.0);
     assert_eq!(
         metric(&s, DRIFT_EVENTS, &[("cgroup", "container")]).unwrap_or(0.0),
         before + 1.0,
@@ -429,17 +248,16 @@ async fn out_of_band_write_is_drift_and_clears_when_restored() {
 /// once the pod's cgroups are known. A mismatch needs two audits (first seen,
 /// then past the 1 ms grace), so the file is written twice.
 async fn inotify_case(prefix: &str, managed: bool) {
-    let args = args_with(&[("--audit-interval", "60m"), ("--drift-grace", "1ms")]);
-    let e = Env::start_with(prefix, |_| {}, args).await;
-    let mut pod = burstable("p", &e.node, "100m", "150m");
+    let args = fast_args_with(&[("--audit-interval", "60m"), ("--drift-grace", "1ms")]);
+    let e = env_with(prefix, |_| {}, args).await;
+    let pod = burstable("p", e.node(), "100m", "150m");
     let right = if managed {
         e.create(pod).await;
         e.wait_pod("p", "limit 400m", |p| cpu_limit_m(p, "app") == Some(400))
             .await;
         "40000 100000"
     } else {
-        pod["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
-        e.create(pod).await;
+        e.create(opted_out(pod)).await;
         e.wait_metrics("p seen as opted out", |s| {
             metric(
                 s,
@@ -452,30 +270,30 @@ async fn inotify_case(prefix: &str, managed: bool) {
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
-        e.drift_any(&e.scrape().await, "p"),
+        drift_any(&e, &e.scrape().await, "p"),
         0.0,
         "drift before any write"
     );
     for _ in 0..2 {
-        e.sim
+        e.sim()
             .write_cpu_max_out_of_band(&e.ns, "p", Some("app"), "20000 100000")
             .expect("out-of-band write");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let (_, took) = e
         .wait_metrics("drift gauge on p/app from inotify audits", |s| {
-            e.drift(s, "p", "app") == Some(1.0)
+            drift(&e, s, "p", "app") == Some(1.0)
         })
         .await;
     eprintln!(
         "measured ({prefix}): second in-place write → drift gauge after {took:?} (+1 s pause)"
     );
-    e.sim
+    e.sim()
         .write_cpu_max_out_of_band(&e.ns, "p", Some("app"), right)
         .expect("restore");
     let (_, took) = e
         .wait_metrics("drift cleared by an inotify audit", |s| {
-            e.drift_any(s, "p") == 0.0
+            drift_any(&e, s, "p") == 0.0
         })
         .await;
     eprintln!("measured ({prefix}): in-place restore → drift cleared after {took:?}");
@@ -493,10 +311,10 @@ async fn in_place_write_to_an_unmanaged_pod_is_audited_through_inotify() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stale_status_with_a_correct_cgroup_is_not_drift() {
-    let e = Env::start("vstale", |_| {}).await;
-    e.sim
+    let e = env("vstale", |_| {}).await;
+    e.sim()
         .set_fault(&e.ns, "p", Fault::StaleStatus(Duration::from_secs(5)));
-    e.create(burstable("p", &e.node, "100m", "150m")).await;
+    e.create(burstable("p", e.node(), "100m", "150m")).await;
     e.wait_pod("p", "spec raised to 400m", |p| {
         cpu_limit_m(p, "app") == Some(400)
     })
@@ -515,10 +333,10 @@ async fn stale_status_with_a_correct_cgroup_is_not_drift() {
     while t0.elapsed() < Duration::from_secs(10) {
         let s = e.scrape().await;
         assert_eq!(
-            e.drift_any(&s, "p"),
+            drift_any(&e, &s, "p"),
             0.0,
             "drift gauge while only the status lagged:\n{}",
-            e.agent.log_tail(30)
+            e.agent().log_tail(30)
         );
         assert_eq!(
             metric(&s, RESIZES, &[("result", "unverified")]).unwrap_or(0.0),
@@ -543,14 +361,14 @@ async fn stale_status_with_a_correct_cgroup_is_not_drift() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_reported_status_requests_do_not_flap() {
-    let e = Env::start("vunder", |_| {}).await;
+    let e = env("vunder", |_| {}).await;
     let f = Fault::UnderReportRequests { factor: 0.79 };
-    e.sim.set_fault(&e.ns, "c", f.clone());
-    e.sim.set_fault(&e.ns, "e", f);
-    e.create(burstable("c", &e.node, "100m", "150m")).await;
+    e.sim().set_fault(&e.ns, "c", f.clone());
+    e.sim().set_fault(&e.ns, "e", f);
+    e.create(burstable("c", e.node(), "100m", "150m")).await;
     // A pod-level limit below the ceiling, so it is raised (a declared limit
     // above 4 × request would be kept as it is, and never resized).
-    let mut pl = pod_level_e("e", &e.node);
+    let mut pl = pod_level_e("e", e.node());
     pl["spec"]["resources"]["limits"]["cpu"] = json!("150m");
     e.create(pl).await;
     // Ceilings come from spec requests (100m × 4), not the reported 79m.
@@ -566,7 +384,7 @@ async fn under_reported_status_requests_do_not_flap() {
     while t0.elapsed() < Duration::from_secs(10) {
         let s = e.scrape().await;
         for n in ["c", "e"] {
-            assert_eq!(e.drift_any(&s, n), 0.0, "drift on {n}");
+            assert_eq!(drift_any(&e, &s, n), 0.0, "drift on {n}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -592,10 +410,10 @@ async fn metrics_endpoint_serves_parseable_metrics_health_and_readiness() {
     // Allocatable under the host's online CPUs, so it is the smallest
     // capacity input the agent sees (capacity = min of kubepods cpu.max,
     // allocatable, online CPUs).
-    let e = Env::start("vmetrics", |c| c.allocatable_cpu_m = 1500).await;
-    assert_eq!(e.agent.get("/healthz").await.expect("healthz").0, 200);
-    assert_eq!(e.agent.get("/readyz").await.expect("readyz").0, 200);
-    e.create(burstable("m", &e.node, "100m", "150m")).await;
+    let e = env("vmetrics", |c| c.allocatable_cpu_m = 1500).await;
+    assert_eq!(e.agent().get("/healthz").await.expect("healthz").0, 200);
+    assert_eq!(e.agent().get("/readyz").await.expect("readyz").0, 200);
+    e.create(burstable("m", e.node(), "100m", "150m")).await;
     e.wait_pod("m", "limit 400m", |p| cpu_limit_m(p, "app") == Some(400))
         .await;
     let pod = [("namespace", e.ns.as_str()), ("pod", "m")];

@@ -5,7 +5,6 @@
 //! each query must parse and return at least one series.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,13 +12,13 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use testkit::agent::{AgentProcess, fast_args, free_port, http_get};
-use testkit::control_plane::ControlPlane;
+use testkit::agent::{fast_args, free_port, http_get};
 use testkit::dashboard::{self, DASHBOARD_PATH, Kind};
-use testkit::kubelet_sim::{Fault, SimConfig, SimKubelet};
+use testkit::kubelet_sim::Fault;
 use testkit::manifests::{apply_all, repo_dir};
 use testkit::process::spawn_guarded;
-use testkit::workload::{container, opt_in, pod, res};
+use testkit::scenario::{Scenario, quick_kubelet, wait_until};
+use testkit::workload::{container, pod, res};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -232,41 +231,27 @@ fn refuse_resizes_of(ns: &str, prefix: &str) -> Vec<Value> {
     ]
 }
 
-async fn wait_limit(pods: &Api<Pod>, name: &str, want: u64, agent: &AgentProcess) {
-    let t0 = Instant::now();
-    loop {
-        if testkit::workload::container_limit_m(&pods.get(name).await.unwrap()) == Some(want) {
-            return;
-        }
-        assert!(
-            t0.elapsed() < WAIT,
-            "{name} not resized to {want}m:\n{}",
-            agent.log_tail(40)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+async fn wait_limit(s: &Scenario<'_>, name: &str, want: u64) {
+    let what = format!("{name} resized to {want}m");
+    let resized =
+        || async { testkit::workload::container_limit_m(&s.get(name).await) == Some(want) };
+    if let Err(t) = wait_until(&what, WAIT, resized).await {
+        s.fail(t);
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
-    let cp = ControlPlane::shared();
-    let client = cp.client().await;
-    let ns = cp.namespace("dashboard").await;
-    opt_in(&client, &ns).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let node = format!("{ns}-n0");
-    let root: PathBuf = dir.path().join("cg");
-    let mut cfg = SimConfig::new(&node, &root);
-    cfg.resize_delay = Duration::from_millis(100);
-    cfg.status_delay = Duration::from_millis(100);
-    let sim = SimKubelet::start(client.clone(), cfg).await.unwrap();
-    cp.wait_node_admissible(&node).await.unwrap();
-    let agent = AgentProcess::start(cp.kubeconfig_path(), &node, &root, dir.path(), &fast_args())
-        .await
-        .unwrap();
+    let s = Scenario::builder("dashboard")
+        .sim(quick_kubelet)
+        .agent(fast_args())
+        .start()
+        .await;
+    let (client, ns, node, sim, agent) =
+        (&s.client, &s.ns, s.node().to_string(), s.sim(), s.agent());
     let prom = Prometheus::start(agent.metrics_port, &node).await;
 
-    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let pods = Api::<Pod>::namespaced(client.clone(), ns);
     let create = |name: &str| {
         let p: Pod = serde_json::from_value(pod(
             name,
@@ -280,10 +265,10 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
     };
     // An idle node: the agent raises the limit to the ceiling (4 × request).
     create("web").await;
-    wait_limit(&pods, "web", 1000, &agent).await;
+    wait_limit(&s, "web", 1000).await;
     // A pod whose container cgroup keeps a wrong cpu.max: drift.
     sim.set_fault(
-        &ns,
+        ns,
         "stuck",
         Fault::WrongValue {
             container: Some("app".into()),
@@ -292,13 +277,9 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
     );
     create("stuck").await;
     // A pod the apiserver refuses to resize: a refused resize, a patch error.
-    apply_all(
-        &client,
-        &refuse_resizes_of(&ns, "refused"),
-        "dashboard-test",
-    )
-    .await
-    .unwrap();
+    apply_all(client, &refuse_resizes_of(ns, "refused"), "dashboard-test")
+        .await
+        .unwrap();
     // The policy is in force once a dry-run resize of an opted-out probe pod
     // (which the agent leaves alone) is refused.
     let probe: Pod = serde_json::from_value(pod(
@@ -309,21 +290,20 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
     ))
     .unwrap();
     pods.create(&PostParams::default(), &probe).await.unwrap();
-    let t0 = Instant::now();
     let bump = json!({"spec": {"containers": [{"name": "app", "resources": {"limits": {"cpu": "300m"}}}]}});
-    while pods
-        .patch_subresource(
+    let refused = || async {
+        pods.patch_subresource(
             "resize",
             "refused-probe",
             &PatchParams::default().dry_run(),
             &Patch::Strategic(&bump),
         )
         .await
-        .is_ok()
-    {
-        assert!(t0.elapsed() < WAIT, "refusing policy not in force");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        .is_err()
+    };
+    wait_until("refusing policy in force", WAIT, refused)
+        .await
+        .unwrap();
     create("refused").await;
 
     let mut queries: Vec<(String, String)> = Vec::new();
@@ -344,7 +324,7 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
     let failing = loop {
         let mut failing = Vec::new();
         for (title, expr) in &queries {
-            let e = dashboard::substitute(expr, &node_re, &regex_quote(&ns), "30s");
+            let e = dashboard::substitute(expr, &node_re, &regex_quote(ns), "30s");
             match prom.series(&e).await {
                 Ok(n) if n >= 1 => seen.push(format!("{n:>3} series  {title}: {e}")),
                 Ok(_) => failing.push(format!("{title}: no series: {e}")),
@@ -376,7 +356,7 @@ async fn every_panel_query_returns_series_from_prometheus_scraping_the_agent() {
             .api(&format!("label/{name}/values"), "match[]", &selector)
             .await
             .unwrap();
-        let want = if name == "node" { &node } else { &ns };
+        let want = if name == "node" { &node } else { ns };
         assert!(
             data.as_array().unwrap().iter().any(|v| v == want.as_str()),
             "variable {name}: {data} lacks {want}"

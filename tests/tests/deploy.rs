@@ -16,7 +16,7 @@
 //! its own pod on a simulated node, through the deployed RBAC and policy.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
@@ -28,6 +28,7 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use testkit::control_plane::{ControlPlane, api_message, resize};
 use testkit::manifests::kind_name;
+use testkit::scenario::wait_until;
 
 const AGENT_NS: &str = "headroom-system";
 const AGENT_SA: &str = "headroom-agent";
@@ -74,20 +75,13 @@ async fn install_base(client: &Client) {
     }
 }
 
-/// Polls `f` until it returns `Ok`, at most `SETTLE`; panics with the last error.
-async fn settle<T, F, Fut>(what: &str, mut f: F) -> T
+/// [`wait_until`] with [`SETTLE`]; panics with the last error.
+async fn settle<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let start = Instant::now();
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(e) if start.elapsed() >= SETTLE => panic!("{what}: not within {SETTLE:?}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
+    wait_until(what, SETTLE, f).await.unwrap().0
 }
 
 // ---------------------------------------------------------------- rendering
@@ -171,18 +165,7 @@ fn daemonset_args_parse_as_the_agent_cli() {
         .collect();
     // The host cgroup root does not exist here, so the agent stops right after
     // parsing, at cgroup discovery: that error names the root it was given.
-    let out = std::process::Command::new(testkit::agent::agent_binary().unwrap())
-        .args(&args)
-        .env("NODE_NAME", "node-a")
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("cgroup root /host/sys/fs/cgroup"),
-        "agent did not get past argument parsing: {stderr}"
-    );
+    testkit::agent::assert_stops_at_the_host_cgroup_root(&args, "argument parsing");
 }
 
 // ---------------------------------------------------------------- dry run
@@ -660,43 +643,32 @@ async fn policy_leaves_other_users_alone() {
 fn token_kubeconfig(cp: &ControlPlane, token: &str, path: &Path) {
     let ca = path.with_extension("ca.pem");
     std::fs::write(&ca, cp.ca_pem()).unwrap();
-    let kc = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
-users:\n- name: agent\n  user:\n    token: {token}\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: agent\ncurrent-context: t\n",
-        cp.base_url(),
-        ca.display()
-    );
+    let kc = testkit::certs::Kubeconfig {
+        server: cp.base_url(),
+        ca: &ca.display().to_string(),
+        user: "agent",
+        auth: testkit::certs::KubeconfigAuth::Token(token),
+        namespace: None,
+    }
+    .yaml();
     std::fs::write(path, kc).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_with_pod_bound_token_runs_end_to_end_against_simulated_node() {
-    use testkit::agent::{AgentProcess, fast_args, metric, parse_metrics};
-    use testkit::kubelet_sim::{SimConfig, SimKubelet};
+    use testkit::agent::{fast_args, metric};
+    use testkit::scenario::Scenario;
+    use testkit::scenario::pod::{cpu_limit, touched_by_agent};
 
     let cp = ControlPlane::shared();
     let admin = cp.client().await;
     install_base(&admin).await;
-    let ns = cp.namespace("deploy-e2e").await;
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-        )
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let node_a = format!("{ns}-node-a");
-    let node_b = format!("{ns}-node-b");
-    let mut sims = Vec::new();
-    for n in [&node_a, &node_b] {
-        let sim = SimKubelet::start(admin.clone(), SimConfig::new(n, dir.path().join(n)))
-            .await
-            .unwrap();
-        cp.wait_node_admissible(n).await.unwrap();
-        sims.push(sim);
-    }
+    let mut s = Scenario::builder("deploy-e2e").nodes(2).start().await;
+    let (ns, node_a, node_b) = (
+        s.ns.clone(),
+        s.nodes[0].name.clone(),
+        s.nodes[1].name.clone(),
+    );
     // The agent's own pod on node a (what the DaemonSet would create), and a
     // token bound to it: the apiserver puts node a's name in the token.
     let agent_pod = Api::<Pod>::namespaced(admin.clone(), AGENT_NS)
@@ -706,7 +678,7 @@ async fn agent_with_pod_bound_token_runs_end_to_end_against_simulated_node() {
         )
         .await
         .unwrap();
-    let kubeconfig = dir.path().join("agent.kubeconfig");
+    let kubeconfig = s.dir.path().join("agent.kubeconfig");
     token_kubeconfig(
         cp,
         &agent_token(&admin, Some(&agent_pod)).await,
@@ -719,58 +691,28 @@ async fn agent_with_pod_bound_token_runs_end_to_end_against_simulated_node() {
             .await
             .unwrap();
     }
-    let agent = AgentProcess::start(
-        &kubeconfig,
-        &node_a,
-        &dir.path().join(&node_a),
-        dir.path(),
-        &fast_args(),
-    )
-    .await
-    .expect("agent starts with its ServiceAccount token");
+    let opts = s.agent_options(0).kubeconfig(&kubeconfig).args(fast_args());
+    s.start_agent_with(0, opts).await;
     // request 100m → ceiling 400m on an idle node.
-    let p = settle("agent raises its own node's pod", || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("on-a").await.map_err(|e| e.to_string())?;
-            let lim = p.spec.as_ref().unwrap().containers[0]
-                .resources
-                .as_ref()
-                .unwrap()
-                .limits
-                .as_ref()
-                .unwrap()["cpu"]
-                .0
-                .clone();
-            if lim == "400m" {
-                Ok(p)
-            } else {
-                Err(format!("limit still {lim}"))
-            }
-        }
+    s.wait_pod("on-a", "the agent raises its own node's pod", |p| {
+        cpu_limit(p, "c").as_deref() == Some("400m")
     })
     .await;
-    assert!(
-        p.metadata
-            .managed_fields
-            .iter()
-            .flatten()
-            .any(|m| m.manager.as_deref() == Some("headroom-agent"))
-    );
+    assert!(touched_by_agent(&s.get("on-a").await));
     let b = pods.get("on-b").await.unwrap();
     assert_eq!(
         b.metadata.generation,
         Some(1),
         "pod on the other node patched"
     );
-    let s = parse_metrics(&agent.scrape().await.unwrap()).unwrap();
+    let m = s.scrape().await;
     assert_eq!(
-        metric(&s, "headroom_patch_errors_total", &[("class", "forbidden")]).unwrap_or(0.0),
+        metric(&m, "headroom_patch_errors_total", &[("class", "forbidden")]).unwrap_or(0.0),
         0.0,
         "{}",
-        agent.log_tail(20)
+        s.agent().log_tail(20)
     );
-    assert!(metric(&s, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0) >= 1.0);
+    assert!(metric(&m, "headroom_resizes_total", &[("result", "applied")]).unwrap_or(0.0) >= 1.0);
 }
 
 // ------------------------------------------------------- network policy

@@ -118,6 +118,25 @@ fn template(release: &str, ns: &str, extra: &[&str]) -> Vec<Value> {
     parse_docs(&out).expect("helm template output parses")
 }
 
+/// The chart with every opt-in deploy/monitoring has: namespace, network
+/// policy, PodMonitor, PrometheusRule.
+fn template_with_every_opt_in() -> Vec<Value> {
+    template(
+        "headroom",
+        "headroom-system",
+        &[
+            "--set",
+            "namespace.create=true",
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "podMonitor.enabled=true",
+            "--set",
+            "prometheusRule.enabled=true",
+        ],
+    )
+}
+
 fn template_full(release: &str, ns: &str) -> Vec<Value> {
     let f = values_file(&full_values());
     template(release, ns, &["-f", f.path().to_str().unwrap()])
@@ -176,20 +195,7 @@ fn default_render_is_deploy_base_without_namespace_and_network_policy() {
 
 #[test]
 fn opt_ins_render_the_same_objects_as_deploy_monitoring() {
-    let chart = template(
-        "headroom",
-        "headroom-system",
-        &[
-            "--set",
-            "namespace.create=true",
-            "--set",
-            "networkPolicy.enabled=true",
-            "--set",
-            "podMonitor.enabled=true",
-            "--set",
-            "prometheusRule.enabled=true",
-        ],
-    );
+    let chart = template_with_every_opt_in();
     assert_eq!(kinds(&chart), kinds(&deploy("deploy/monitoring")));
 }
 
@@ -310,20 +316,7 @@ fn chart_and_deploy_have_the_same_daemonset_pod() {
 
 #[test]
 fn chart_and_deploy_have_the_same_namespace_network_policy_and_monitoring() {
-    let chart = template(
-        "headroom",
-        "headroom-system",
-        &[
-            "--set",
-            "namespace.create=true",
-            "--set",
-            "networkPolicy.enabled=true",
-            "--set",
-            "podMonitor.enabled=true",
-            "--set",
-            "prometheusRule.enabled=true",
-        ],
-    );
+    let chart = template_with_every_opt_in();
     let mon = deploy("deploy/monitoring");
     let (c, d) = (
         one(&chart, "Namespace").unwrap(),
@@ -475,18 +468,7 @@ fn policy_configmap_holds_every_setting_and_the_agent_accepts_it() {
                 .replace("/etc/headroom/policy.json", file.to_str().unwrap())
         })
         .collect();
-    let out = Command::new(testkit::agent::agent_binary().unwrap())
-        .args(&args)
-        .env("NODE_NAME", "node-a")
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("cgroup root /host/sys/fs/cgroup"),
-        "agent did not get past arguments and policy: {stderr}"
-    );
+    testkit::agent::assert_stops_at_the_host_cgroup_root(&args, "arguments and policy");
 }
 
 #[test]

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
-use testkit::agent::{AgentProcess, fast_args_with, metric, parse_metrics};
+use testkit::agent::{AgentOptions, AgentProcess, fast_args_with, metric, parse_metrics};
 use testkit::control_plane::ControlPlane;
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
 
@@ -97,8 +97,11 @@ async fn main() -> anyhow::Result<()> {
     // The agent as deployed, but a faster tick and cooldown so a minute shows
     // every phase.
     let agent_args = fast_args_with(&[("--reserve", "100m"), ("--raise-cooldown", "3s")]);
-    let agent =
-        AgentProcess::start(cp.kubeconfig_path(), &node, &root, dir.path(), &agent_args).await?;
+    let opts = AgentOptions::on(&sim)
+        .kubeconfig(cp.kubeconfig_path())
+        .log_dir(dir.path())
+        .args(agent_args);
+    let agent = AgentProcess::start(opts).await?;
 
     if let Some(parent) = a.csv.parent() {
         std::fs::create_dir_all(parent)?;

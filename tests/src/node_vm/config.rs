@@ -164,27 +164,14 @@ pub fn cni_config(spec: &NodeSpec) -> String {
 /// A kubeconfig for processes in the guest (kubelet, agent), with files
 /// under /etc/kubernetes.
 pub fn guest_kubeconfig(user: &str, cert: &str, key: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: headroom
-  cluster:
-    server: https://{GUEST_APISERVER_IP}:{GUEST_APISERVER_PORT}
-    certificate-authority: /etc/kubernetes/ca.crt
-users:
-- name: {user}
-  user:
-    client-certificate: {cert}
-    client-key: {key}
-contexts:
-- name: headroom
-  context:
-    cluster: headroom
-    user: {user}
-current-context: headroom
-"
-    )
+    crate::certs::Kubeconfig {
+        server: &format!("https://{GUEST_APISERVER_IP}:{GUEST_APISERVER_PORT}"),
+        ca: "/etc/kubernetes/ca.crt",
+        user,
+        auth: crate::certs::KubeconfigAuth::Cert { cert, key },
+        namespace: None,
+    }
+    .yaml()
 }
 
 /// The systemd slice of a cgroupRoot under the systemd driver (`/kubelet` →
