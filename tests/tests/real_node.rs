@@ -13,12 +13,13 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
 use testkit::control_plane::resize;
 use testkit::kubelet_sim::{SimConfig, SimKubelet, SimLayout};
 use testkit::node_vm::{NodeVm, PodCpuMax, RealCluster};
+use testkit::scenario::pod::{millis, pod_limit_m};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -120,6 +121,11 @@ fn pod(name: &str, node: &str, containers: Vec<Value>) -> Value {
                     "containers": containers}})
 }
 
+/// A pod of one container "app" with these requests and limits.
+fn app_pod(name: &str, node: &str, requests: Value, limits: Value) -> Value {
+    pod(name, node, vec![container("app", requests, limits)])
+}
+
 /// The pod shapes whose cgroups the kubelet writes differently, with the
 /// `cpu.max` quota (µs per 100 ms) expected on the pod and each container.
 struct Shape {
@@ -136,14 +142,11 @@ fn shapes() -> Vec<Shape> {
         Shape {
             name: "guaranteed",
             spec: |n, node| {
-                pod(
+                app_pod(
                     n,
                     node,
-                    vec![container(
-                        "app",
-                        json!({"cpu": "200m", "memory": "32Mi"}),
-                        json!({"cpu": "200m", "memory": "32Mi"}),
-                    )],
+                    json!({"cpu": "200m", "memory": "32Mi"}),
+                    json!({"cpu": "200m", "memory": "32Mi"}),
                 )
             },
             pod: "20000 100000",
@@ -152,30 +155,14 @@ fn shapes() -> Vec<Shape> {
         },
         Shape {
             name: "burstable-limit",
-            spec: |n, node| {
-                pod(
-                    n,
-                    node,
-                    vec![container(
-                        "app",
-                        json!({"cpu": "100m"}),
-                        json!({"cpu": "300m"}),
-                    )],
-                )
-            },
+            spec: |n, node| app_pod(n, node, json!({"cpu": "100m"}), json!({"cpu": "300m"})),
             pod: "30000 100000",
             pod_on_systemd: None,
             containers: &[("app", "30000 100000")],
         },
         Shape {
             name: "burstable-no-limit",
-            spec: |n, node| {
-                pod(
-                    n,
-                    node,
-                    vec![container("app", json!({"cpu": "100m"}), json!({}))],
-                )
-            },
+            spec: |n, node| app_pod(n, node, json!({"cpu": "100m"}), json!({})),
             pod: "max 100000",
             pod_on_systemd: None,
             containers: &[("app", "max 100000")],
@@ -203,15 +190,7 @@ fn shapes() -> Vec<Shape> {
             // add to it (its limit is below the running sum).
             name: "sidecar-init",
             spec: |n, node| {
-                let mut p = pod(
-                    n,
-                    node,
-                    vec![container(
-                        "app",
-                        json!({"cpu": "100m"}),
-                        json!({"cpu": "200m"}),
-                    )],
-                );
+                let mut p = app_pod(n, node, json!({"cpu": "100m"}), json!({"cpu": "200m"}));
                 let mut init = container("init", json!({"cpu": "50m"}), json!({"cpu": "50m"}));
                 init["command"] = json!(["/bin/sh", "-c", "true"]);
                 let mut side = container("side", json!({"cpu": "50m"}), json!({"cpu": "100m"}));
@@ -228,17 +207,7 @@ fn shapes() -> Vec<Shape> {
             // to 10 ms when it sets the unit property; what the file holds after the
             // runtime's direct write is what matters.
             name: "odd-limit",
-            spec: |n, node| {
-                pod(
-                    n,
-                    node,
-                    vec![container(
-                        "app",
-                        json!({"cpu": "10m"}),
-                        json!({"cpu": "15m"}),
-                    )],
-                )
-            },
+            spec: |n, node| app_pod(n, node, json!({"cpu": "10m"}), json!({"cpu": "15m"})),
             pod: "1500 100000",
             pod_on_systemd: Some("2000 100000"),
             containers: &[("app", "1500 100000")],
@@ -247,15 +216,7 @@ fn shapes() -> Vec<Shape> {
             // RuntimeClass overhead (50m) is added to the pod cgroup only.
             name: "runtimeclass-overhead",
             spec: |n, node| {
-                let mut p = pod(
-                    n,
-                    node,
-                    vec![container(
-                        "app",
-                        json!({"cpu": "100m"}),
-                        json!({"cpu": "200m"}),
-                    )],
-                );
+                let mut p = app_pod(n, node, json!({"cpu": "100m"}), json!({"cpu": "200m"}));
                 p["spec"]["runtimeClassName"] = json!(OVERHEAD_CLASS);
                 p
             },
@@ -267,11 +228,7 @@ fn shapes() -> Vec<Shape> {
             // Pod-level resources: the container without a limit follows the pod's.
             name: "pod-level",
             spec: |n, node| {
-                let mut p = pod(
-                    n,
-                    node,
-                    vec![container("app", json!({"cpu": "100m"}), json!({}))],
-                );
+                let mut p = app_pod(n, node, json!({"cpu": "100m"}), json!({}));
                 p["spec"]["resources"] = json!({"requests": {"cpu": "100m", "memory": "64Mi"},
                                                  "limits": {"cpu": "500m", "memory": "128Mi"}});
                 p
@@ -350,6 +307,26 @@ fn sim_layout(node: &NodeVm) -> SimLayout {
         testkit::node_vm::CgroupDriver::Systemd => SimLayout::Kind,
         testkit::node_vm::CgroupDriver::Cgroupfs => SimLayout::Cgroupfs,
     }
+}
+
+/// A simulated node `name` of `node`'s layout and 2 CPUs, admissible.
+async fn parity_sim(
+    c: &RealCluster,
+    client: &kube::Client,
+    name: &str,
+    root: std::path::PathBuf,
+    node: &NodeVm,
+) -> SimKubelet {
+    let mut cfg = SimConfig::new(name, root);
+    cfg.layout = sim_layout(node);
+    cfg.allocatable_cpu_m = 2000;
+    let sim = SimKubelet::start(client.clone(), cfg)
+        .await
+        .expect("sim starts");
+    c.cp.wait_node_admissible(name)
+        .await
+        .expect("sim node admissible");
+    sim
 }
 
 /// What the simulator wrote for a pod, in the same shape as the real read.
@@ -433,15 +410,14 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
     let started = Instant::now();
     for (i, node) in c.nodes.iter().enumerate() {
         let sim_name = format!("sim-{}", node.name());
-        let mut cfg = SimConfig::new(&sim_name, dir.path().join(format!("cg{i}")));
-        cfg.layout = sim_layout(node);
-        cfg.allocatable_cpu_m = 2000;
-        let sim = SimKubelet::start(client.clone(), cfg)
-            .await
-            .expect("sim starts");
-        c.cp.wait_node_admissible(&sim_name)
-            .await
-            .expect("sim node admissible");
+        let sim = parity_sim(
+            c,
+            &client,
+            &sim_name,
+            dir.path().join(format!("cg{i}")),
+            node,
+        )
+        .await;
         for s in shapes() {
             create(&api, (s.spec)(&format!("{}-{i}", s.name), node.name())).await;
             create(&api, (s.spec)(&format!("sim-{}-{i}", s.name), &sim_name)).await;
@@ -518,10 +494,6 @@ struct ResizeStep {
     in_progress: bool,
     pending: bool,
     status_limit_m: Option<u64>,
-}
-
-fn millis(q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>) -> Option<u64> {
-    q.and_then(|q| headroom::quantity::cpu_millis(&q.0).ok())
 }
 
 fn resize_step(p: &Pod) -> ResizeStep {
@@ -630,26 +602,15 @@ async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
     let mut failures = Vec::new();
     for (i, node) in c.nodes.iter().enumerate() {
         let sim_name = format!("simr-{}", node.name());
-        let mut cfg = SimConfig::new(&sim_name, dir.path().join(format!("cg{i}")));
-        cfg.layout = sim_layout(node);
-        cfg.allocatable_cpu_m = 2000;
-        let sim = SimKubelet::start(client.clone(), cfg)
-            .await
-            .expect("sim starts");
-        c.cp.wait_node_admissible(&sim_name)
-            .await
-            .expect("sim node admissible");
-        let spec = |n: &str, nd: &str| {
-            pod(
-                n,
-                nd,
-                vec![container(
-                    "app",
-                    json!({"cpu": "2m"}),
-                    json!({"cpu": "300m"}),
-                )],
-            )
-        };
+        let sim = parity_sim(
+            c,
+            &client,
+            &sim_name,
+            dir.path().join(format!("cg{i}")),
+            node,
+        )
+        .await;
+        let spec = |n: &str, nd: &str| app_pod(n, nd, json!({"cpu": "2m"}), json!({"cpu": "300m"}));
         let real_name = format!("rs-{i}");
         let sim_pod_name = format!("sim-rs-{i}");
         create(&api, spec(&real_name, node.name())).await;
@@ -783,16 +744,26 @@ fn install_agents(c: &RealCluster) {
     }
 }
 
+/// Under the one lock, with the agent installed in every node: runs
+/// `scenario` on all nodes side by side.
+async fn on_every_node_with_agents<F, Fut>(scenario: F)
+where
+    F: Fn(&'static RealCluster, &'static NodeVm) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(c) = cluster() else { return };
+    let _serial = serial(c).await;
+    install_agents(c);
+    futures::future::join_all(c.nodes.iter().map(|n| scenario(c, n))).await;
+}
+
 /// An idle Guaranteed pod (100m), which the agent must leave alone.
 fn guaranteed_idle(node: &str) -> Value {
-    pod(
+    app_pod(
         "guaranteed",
         node,
-        vec![container(
-            "app",
-            json!({"cpu": "100m", "memory": "32Mi"}),
-            json!({"cpu": "100m", "memory": "32Mi"}),
-        )],
+        json!({"cpu": "100m", "memory": "32Mi"}),
+        json!({"cpu": "100m", "memory": "32Mi"}),
     )
 }
 
@@ -842,34 +813,11 @@ fn restart_count(p: &Pod) -> i32 {
 }
 
 fn app_limit_m(p: &Pod) -> Option<u64> {
-    let c = p
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == "app")?;
-    millis(c.resources.as_ref()?.limits.as_ref()?.get("cpu"))
-}
-
-fn pod_level_limit_m(p: &Pod) -> Option<u64> {
-    millis(
-        p.spec
-            .as_ref()?
-            .resources
-            .as_ref()?
-            .limits
-            .as_ref()?
-            .get("cpu"),
-    )
+    testkit::scenario::pod::cpu_limit_m(p, "app")
 }
 
 async fn opt_in(client: &kube::Client, ns: &str) {
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"headroom.dev/managed": "true"}}})),
-        )
+    testkit::workload::opt_in(client, ns)
         .await
         .expect("label namespace");
 }
@@ -901,6 +849,43 @@ async fn wait_pod(
     }
 }
 
+/// Waits up to 2 min until container "app" of `name` is raised above 300m.
+async fn wait_raised_above_300m(api: &Api<Pod>, agent: &GuestAgent<'_>, name: &str) -> Pod {
+    wait_pod(
+        api,
+        agent,
+        name,
+        "raise above 300m",
+        Duration::from_secs(120),
+        |p| app_limit_m(p).is_some_and(|m| m > 300),
+    )
+    .await
+}
+
+/// Scrapes `agent` every 2 s until `done` holds; after `bound`, panics with
+/// `failure` and the agent's log.
+async fn wait_scrape(
+    agent: &GuestAgent<'_>,
+    bound: Duration,
+    failure: &str,
+    done: impl Fn(&prometheus_parse::Scrape) -> bool,
+) -> prometheus_parse::Scrape {
+    let deadline = Instant::now() + bound;
+    loop {
+        let s = agent.scrape().await.expect("scrape");
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {failure}:\n{}",
+            agent.node.name(),
+            agent.log_tail(60).await
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 /// Idle node: a managed pod throttled at its own limit is raised, the raise
 /// reaches cpu.max and is verified; pods that must be left alone are.
 async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
@@ -911,35 +896,25 @@ async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
     create(&api, burner("burner", node.name(), "200m", "300m", 1)).await;
     // Left alone: Guaranteed, opted out, RestartContainer policy.
     create(&api, guaranteed_idle(node.name())).await;
-    let mut out = pod(
+    let mut out = app_pod(
         "opted-out",
         node.name(),
-        vec![container(
-            "app",
-            json!({"cpu": "100m"}),
-            json!({"cpu": "200m"}),
-        )],
+        json!({"cpu": "100m"}),
+        json!({"cpu": "200m"}),
     );
     out["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
     create(&api, out).await;
-    let mut restart = pod(
+    let mut restart = app_pod(
         "restart-policy",
         node.name(),
-        vec![container(
-            "app",
-            json!({"cpu": "100m"}),
-            json!({"cpu": "200m"}),
-        )],
+        json!({"cpu": "100m"}),
+        json!({"cpu": "200m"}),
     );
     restart["spec"]["containers"][0]["resizePolicy"] =
         json!([{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]);
     create(&api, restart).await;
     // Pod-level resources: managed through spec.resources.limits.cpu only.
-    let mut pl = pod(
-        "pod-level",
-        node.name(),
-        vec![container("app", json!({"cpu": "200m"}), json!({}))],
-    );
+    let mut pl = app_pod("pod-level", node.name(), json!({"cpu": "200m"}), json!({}));
     pl["spec"]["resources"] = json!({"requests": {"cpu": "200m", "memory": "64Mi"}, "limits": {"cpu": "300m", "memory": "128Mi"}});
     create(&api, pl).await;
     for n in [
@@ -959,15 +934,7 @@ async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
     let agent = GuestAgent::start(node, &vm_agent_args())
         .await
         .expect("agent starts");
-    let raised = wait_pod(
-        &api,
-        &agent,
-        "burner",
-        "raise above 300m",
-        Duration::from_secs(120),
-        |p| app_limit_m(p).is_some_and(|m| m > 300),
-    )
-    .await;
+    let raised = wait_raised_above_300m(&api, &agent, "burner").await;
     let limit = app_limit_m(&raised).expect("limit");
     node.wait_cpu_max(
         &raised,
@@ -983,58 +950,47 @@ async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
         "pod-level",
         "pod-level raise above 300m",
         Duration::from_secs(120),
-        |p| pod_level_limit_m(p).is_some_and(|m| m > 300),
+        |p| pod_limit_m(p).is_some_and(|m| m > 300),
     )
     .await;
-    let pl_limit = pod_level_limit_m(&pl).expect("pod-level limit");
+    let pl_limit = pod_limit_m(&pl).expect("pod-level limit");
     // Verified by the agent itself (re-read of the real cgroups): both
     // resizes within their grace, counted from the later patch.
-    let deadline = Instant::now() + RESIZE_GRACE + Duration::from_secs(30);
-    loop {
-        let s = agent.scrape().await.expect("scrape");
-        let verified =
-            metric(&s, "headroom_resizes_total", &[("result", "verified")]).unwrap_or(0.0);
-        let drift =
-            metric(&s, "headroom_cgroup_drift", &[("namespace", ns.as_str())]).unwrap_or(0.0);
-        if verified >= 2.0 {
-            assert_eq!(drift, 0.0, "{}: drift after verified resizes", node.name());
-            let n = metric(
-                &s,
-                "headroom_resize_verification_latency_seconds_count",
-                &[],
-            )
-            .unwrap_or(0.0);
-            let sum =
-                metric(&s, "headroom_resize_verification_latency_seconds_sum", &[]).unwrap_or(0.0);
-            eprintln!(
-                "MEASURE {} agent verification latency: {n} resizes, mean {:.2}s; buckets: {:?}",
-                node.name(),
-                sum / n.max(1.0),
-                s.samples
-                    .iter()
-                    .filter_map(|x| match &x.value {
-                        prometheus_parse::Value::Histogram(b)
-                            if x.metric == "headroom_resize_verification_latency_seconds" =>
-                            Some(
-                                b.iter()
-                                    .map(|b| format!("le {}: {}", b.less_than, b.count))
-                                    .collect::<Vec<_>>()
-                            ),
-                        _ => None,
-                    })
-                    .flatten()
-                    .collect::<Vec<_>>()
-            );
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}: resizes never verified:\n{}",
-            node.name(),
-            agent.log_tail(60).await
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    let s = wait_scrape(
+        &agent,
+        RESIZE_GRACE + Duration::from_secs(30),
+        "resizes never verified",
+        |s| metric(s, "headroom_resizes_total", &[("result", "verified")]).unwrap_or(0.0) >= 2.0,
+    )
+    .await;
+    let drift = metric(&s, "headroom_cgroup_drift", &[("namespace", ns.as_str())]).unwrap_or(0.0);
+    assert_eq!(drift, 0.0, "{}: drift after verified resizes", node.name());
+    let n = metric(
+        &s,
+        "headroom_resize_verification_latency_seconds_count",
+        &[],
+    )
+    .unwrap_or(0.0);
+    let sum = metric(&s, "headroom_resize_verification_latency_seconds_sum", &[]).unwrap_or(0.0);
+    eprintln!(
+        "MEASURE {} agent verification latency: {n} resizes, mean {:.2}s; buckets: {:?}",
+        node.name(),
+        sum / n.max(1.0),
+        s.samples
+            .iter()
+            .filter_map(|x| match &x.value {
+                prometheus_parse::Value::Histogram(b)
+                    if x.metric == "headroom_resize_verification_latency_seconds" =>
+                    Some(
+                        b.iter()
+                            .map(|b| format!("le {}: {}", b.less_than, b.count))
+                            .collect::<Vec<_>>()
+                    ),
+                _ => None,
+            })
+            .flatten()
+            .collect::<Vec<_>>()
+    );
     let got = node
         .pod_cpu_max(&api.get("pod-level").await.expect("get"))
         .await
@@ -1068,10 +1024,7 @@ async fn idle_raise_on(c: &RealCluster, node: &NodeVm) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_in_the_vm_raises_a_throttled_pod_on_an_idle_node_and_leaves_others_alone() {
-    let Some(c) = cluster() else { return };
-    let _serial = serial(c).await;
-    install_agents(c);
-    futures::future::join_all(c.nodes.iter().map(|n| idle_raise_on(c, n))).await;
+    on_every_node_with_agents(idle_raise_on).await;
 }
 
 /// Real contention from an unmanaged busy loop on every CPU brings the
@@ -1088,22 +1041,10 @@ async fn contention_on(c: &RealCluster, node: &NodeVm) {
     let agent = GuestAgent::start(node, &vm_agent_args())
         .await
         .expect("agent starts");
-    let raised = wait_pod(
-        &api,
-        &agent,
-        "managed",
-        "raise above 300m",
-        Duration::from_secs(120),
-        |p| app_limit_m(p).is_some_and(|m| m > 300),
-    )
-    .await;
+    let raised = wait_raised_above_300m(&api, &agent, "managed").await;
     let high = app_limit_m(&raised).expect("limit");
     // Unmanaged, unlimited: 3 busy threads on 2 CPUs.
-    let mut hog = pod(
-        "hog",
-        node.name(),
-        vec![container("app", json!({"cpu": "100m"}), json!({}))],
-    );
+    let mut hog = app_pod("hog", node.name(), json!({"cpu": "100m"}), json!({}));
     hog["spec"]["containers"][0]["command"] = json!([
         "/bin/sh",
         "-c",
@@ -1142,10 +1083,7 @@ async fn contention_on(c: &RealCluster, node: &NodeVm) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_in_the_vm_lowers_managed_limits_under_real_contention() {
-    let Some(c) = cluster() else { return };
-    let _serial = serial(c).await;
-    install_agents(c);
-    futures::future::join_all(c.nodes.iter().map(|n| contention_on(c, n))).await;
+    on_every_node_with_agents(contention_on).await;
 }
 
 /// Raw kubepods stall and a pod's throttling over an interval on a real
@@ -1242,11 +1180,7 @@ async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
     create(&api, guaranteed_idle(node.name())).await;
     create(
         &api,
-        pod(
-            "besteffort",
-            node.name(),
-            vec![container("app", json!({}), json!({}))],
-        ),
+        app_pod("besteffort", node.name(), json!({}), json!({})),
     )
     .await;
     for n in ["burner", "guaranteed", "besteffort"] {
@@ -1320,10 +1254,7 @@ async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_in_the_vm_keeps_a_pod_throttled_at_its_own_limit_raised_on_an_idle_node() {
-    let Some(c) = cluster() else { return };
-    let _serial = serial(c).await;
-    install_agents(c);
-    futures::future::join_all(c.nodes.iter().map(|n| own_throttling_on(c, n))).await;
+    on_every_node_with_agents(own_throttling_on).await;
 }
 
 /// Drift grace of the drift scenario: nothing is resized there, so no kubelet
@@ -1338,14 +1269,11 @@ async fn drift_on(c: &RealCluster, node: &NodeVm) {
     // Not opted in: audited, never resized, so only the write changes cpu.max.
     create(
         &api,
-        pod(
+        app_pod(
             "victim",
             node.name(),
-            vec![container(
-                "app",
-                json!({"cpu": "100m"}),
-                json!({"cpu": "200m"}),
-            )],
+            json!({"cpu": "100m"}),
+            json!({"cpu": "200m"}),
         ),
     )
     .await;
@@ -1362,47 +1290,30 @@ async fn drift_on(c: &RealCluster, node: &NodeVm) {
         .await
         .expect("write");
     let labels = [("namespace", ns.as_str()), ("pod", "victim")];
-    let deadline = Instant::now() + DRIFT_GRACE * 2 + Duration::from_secs(30);
-    loop {
-        let s = agent.scrape().await.expect("scrape");
-        if metric(&s, "headroom_cgroup_drift", &labels) == Some(1.0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}: no drift reported:\n{}",
-            node.name(),
-            agent.log_tail(60).await
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    wait_scrape(
+        &agent,
+        DRIFT_GRACE * 2 + Duration::from_secs(30),
+        "no drift reported",
+        |s| metric(s, "headroom_cgroup_drift", &labels) == Some(1.0),
+    )
+    .await;
     node.sh(&format!("echo '20000 100000' > {dir}/*{id}*/cpu.max"))
         .await
         .expect("restore");
-    let deadline = Instant::now() + DRIFT_GRACE * 2 + Duration::from_secs(30);
-    loop {
-        let s = agent.scrape().await.expect("scrape");
-        if metric(&s, "headroom_cgroup_drift", &labels).unwrap_or(0.0) == 0.0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{}: drift never cleared:\n{}",
-            node.name(),
-            agent.log_tail(60).await
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    wait_scrape(
+        &agent,
+        DRIFT_GRACE * 2 + Duration::from_secs(30),
+        "drift never cleared",
+        |s| metric(s, "headroom_cgroup_drift", &labels).unwrap_or(0.0) == 0.0,
+    )
+    .await;
     agent.stop().await.expect("agent stops");
     cleanup(&client, &[ns.as_str()]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_in_the_vm_reports_an_out_of_band_cpu_max_write_as_drift() {
-    let Some(c) = cluster() else { return };
-    let _serial = serial(c).await;
-    install_agents(c);
-    futures::future::join_all(c.nodes.iter().map(|n| drift_on(c, n))).await;
+    on_every_node_with_agents(drift_on).await;
 }
 
 // ---------------------------------------------------------------------------
