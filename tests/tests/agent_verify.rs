@@ -50,6 +50,12 @@ fn drift(e: &Scenario<'_>, s: &Scrape, pod: &str, container: &str) -> Option<f64
     )
 }
 
+/// Waits until the drift gauge of p/app is set; that scrape and the wait.
+async fn wait_app_drift(e: &Scenario<'_>, what: &str) -> (Scrape, Duration) {
+    e.wait_metrics(what, |s| drift(e, s, "p", "app") == Some(1.0))
+        .await
+}
+
 /// Every drift gauge of a pod, any cgroup.
 fn drift_any(e: &Scenario<'_>, s: &Scrape, pod: &str) -> f64 {
     metric(s, DRIFT, &[("namespace", &e.ns), ("pod", pod)]).unwrap_or(0.0)
@@ -135,11 +141,7 @@ async fn wrong_value_is_drift() {
         },
     );
     e.create(burstable("p", e.node(), "100m", "150m")).await;
-    let (s, took) = e
-        .wait_metrics("drift gauge on p/app", |s| {
-            drift(&e, s, "p", "app") == Some(1.0)
-        })
-        .await;
+    let (s, took) = wait_app_drift(&e, "drift gauge on p/app").await;
     eprintln!("measured: wrong value → drift gauge after {took:?}");
     assert_eq!(
         drift(&e, &s, "p", ""),
@@ -165,11 +167,7 @@ async fn pod_cgroup_updated_but_not_the_container_is_drift_on_the_container() {
         cpu_limit_m(p, "app") == Some(400)
     })
     .await;
-    let (s, took) = e
-        .wait_metrics("drift gauge on p/app", |s| {
-            drift(&e, s, "p", "app") == Some(1.0)
-        })
-        .await;
+    let (s, took) = wait_app_drift(&e, "drift gauge on p/app").await;
     eprintln!("measured: pod-only resize → container drift gauge after {took:?}");
     assert_eq!(
         drift(&e, &s, "p", ""),
@@ -201,11 +199,7 @@ async fn out_of_band_write_is_drift_and_clears_when_restored() {
     e.sim()
         .write_cpu_max_out_of_band(&e.ns, "p", Some("app"), "20000 100000")
         .expect("out-of-band write");
-    let (s, took) = e
-        .wait_metrics("drift gauge on p/app", |s| {
-            drift(&e, s, "p", "app") == Some(1.0)
-        })
-        .await;
+    let (s, took) = wait_app_drift(&e, "drift gauge on p/app").await;
     eprintln!("measured: out-of-band write → drift gauge after {took:?} (grace 2 s)");
     assert_eq!(
         metric(&s, DRIFT_EVENTS, &[("cgroup", "container")]).unwrap_or(0.0),
@@ -280,11 +274,7 @@ async fn inotify_case(prefix: &str, managed: bool) {
             .expect("out-of-band write");
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let (_, took) = e
-        .wait_metrics("drift gauge on p/app from inotify audits", |s| {
-            drift(&e, s, "p", "app") == Some(1.0)
-        })
-        .await;
+    let (_, took) = wait_app_drift(&e, "drift gauge on p/app from inotify audits").await;
     eprintln!(
         "measured ({prefix}): second in-place write → drift gauge after {took:?} (+1 s pause)"
     );

@@ -410,14 +410,8 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
     let started = Instant::now();
     for (i, node) in c.nodes.iter().enumerate() {
         let sim_name = format!("sim-{}", node.name());
-        let sim = parity_sim(
-            c,
-            &client,
-            &sim_name,
-            dir.path().join(format!("cg{i}")),
-            node,
-        )
-        .await;
+        let root = dir.path().join(format!("cg{i}"));
+        let sim = parity_sim(c, &client, &sim_name, root, node).await;
         for s in shapes() {
             create(&api, (s.spec)(&format!("{}-{i}", s.name), node.name())).await;
             create(&api, (s.spec)(&format!("sim-{}-{i}", s.name), &sim_name)).await;
@@ -602,14 +596,8 @@ async fn resize_sequence_on_a_real_kubelet_matches_the_simulator() {
     let mut failures = Vec::new();
     for (i, node) in c.nodes.iter().enumerate() {
         let sim_name = format!("simr-{}", node.name());
-        let sim = parity_sim(
-            c,
-            &client,
-            &sim_name,
-            dir.path().join(format!("cg{i}")),
-            node,
-        )
-        .await;
+        let root = dir.path().join(format!("cg{i}"));
+        let sim = parity_sim(c, &client, &sim_name, root, node).await;
         let spec = |n: &str, nd: &str| app_pod(n, nd, json!({"cpu": "2m"}), json!({"cpu": "300m"}));
         let real_name = format!("rs-{i}");
         let sim_pod_name = format!("sim-rs-{i}");
