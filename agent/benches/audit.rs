@@ -5,7 +5,6 @@
 //!
 //! `cargo bench -p headroom-agent --bench audit`
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::PathBuf;
 
@@ -13,76 +12,36 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use headroom::cgroup::{
     CgroupSample, ContainerCgroup, ContainerRole, CpuMax, CpuStat, Driver, PodCgroup, Runtime,
 };
-use headroom::model::{
-    ContainerKind, ContainerSpec, ContainerState, PodView, Qos, ResizePolicy, ResizeState,
-    Resources,
-};
+use headroom::model::{PodView, Resources};
+use headroom::testkit::{PodBuilder, container, cpu, resources, sidecar};
 use headroom::verify::{audit, expected_cpu_max};
 
 const PERIOD: u64 = 100_000;
 
-fn spec(name: &str, kind: ContainerKind, req: u64, lim: Option<u64>) -> ContainerSpec {
-    ContainerSpec {
-        name: name.to_string(),
-        kind,
-        resources: Resources {
-            cpu_request: Some(req),
-            cpu_limit: lim,
-            mem_request: Some(64 << 20),
-            mem_limit: Some(128 << 20),
-        },
-        cpu_resize_policy: ResizePolicy::NotRequired,
-    }
+/// CPU as given, memory 64 Mi / 128 Mi.
+fn spec(req: u64, lim: Option<u64>) -> Resources {
+    resources(Some(req), lim, Some(64 << 20), Some(128 << 20))
 }
 
 fn pod(i: usize) -> PodView {
-    let uid = format!("{i:08x}-1111-2222-3333-444455556666");
     let unlimited = i.is_multiple_of(5);
-    let containers = vec![
-        spec("app", ContainerKind::App, 100, Some(500 + i as u64)),
-        spec(
-            "worker",
-            ContainerKind::App,
-            50,
-            (!unlimited).then_some(250),
-        ),
-        spec("proxy", ContainerKind::Sidecar, 20, Some(100)),
-    ];
-    let statuses = containers
-        .iter()
-        .map(|c| ContainerState {
-            name: c.name.clone(),
-            container_id: Some(format!("{:0>64}", format!("{i}{}", c.name.len()))),
-            runtime: Some("containerd".into()),
-            running: true,
-            ..Default::default()
-        })
-        .collect();
-    PodView {
-        namespace: format!("ns{}", i % 7),
-        name: format!("pod-{i}"),
-        uid,
-        node_name: Some("node".into()),
-        generation: 1,
-        resource_version: None,
-        phase: Some("Running".into()),
-        terminating: false,
-        static_pod: false,
-        windows: false,
-        qos: Qos::Burstable,
-        containers,
-        pod_resources: i.is_multiple_of(10).then_some(Resources {
-            cpu_request: Some(200),
-            cpu_limit: Some(2000),
-            ..Default::default()
-        }),
-        overhead_cpu: i.is_multiple_of(3).then_some(50),
-        statuses,
-        resize: ResizeState::default(),
-        annotations: BTreeMap::new(),
-        limits_set_by_headroom: false,
-        owner: None,
-    }
+    PodBuilder::new(
+        &format!("ns{}", i % 7),
+        &format!("pod-{i}"),
+        &format!("{i:08x}-1111-2222-3333-444455556666"),
+    )
+    .node("node")
+    .containers(vec![
+        container("app", spec(100, Some(500 + i as u64))),
+        container("worker", spec(50, (!unlimited).then_some(250))),
+        sidecar("proxy", spec(20, Some(100))),
+    ])
+    .pod_resources(i.is_multiple_of(10).then_some(cpu(Some(200), Some(2000))))
+    .overhead_cpu(i.is_multiple_of(3).then_some(50))
+    .running("containerd", |_, c| {
+        format!("{:0>64}", format!("{i}{}", c.name.len()))
+    })
+    .build()
 }
 
 fn max(q: Option<u64>) -> CpuMax {

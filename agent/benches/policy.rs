@@ -8,30 +8,22 @@
 //! median and p99 per round and the median per pod. `HEADROOM_BENCH_USAGE_M`
 //! (comma-separated millicores, default `32000`) picks other node loads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use headroom::model::{
-    ANN_MANAGED, ContainerKind, ContainerSpec, PodView, ResizePolicy, ResizeState, Resources,
-    compute_qos,
-};
+use headroom::model::{ContainerSpec, PodView};
 use headroom::policy::{self, NodeInputs, PodInput, PolicyConfig, TokenBucket};
+use headroom::testkit::{self, PodBuilder, pod_input, resources};
 
 const MI: u64 = 1 << 20;
 
 fn container(i: usize, req: u64, lim: u64, mem_equal: bool) -> ContainerSpec {
-    ContainerSpec {
-        name: format!("c{i}"),
-        kind: ContainerKind::App,
-        resources: Resources {
-            cpu_request: Some(req),
-            cpu_limit: Some(lim),
-            mem_request: Some(64 * MI),
-            mem_limit: Some(if mem_equal { 64 * MI } else { 128 * MI }),
-        },
-        cpu_resize_policy: ResizePolicy::NotRequired,
-    }
+    let mem_limit = if mem_equal { 64 * MI } else { 128 * MI };
+    testkit::container(
+        &format!("c{i}"),
+        resources(Some(req), Some(lim), Some(64 * MI), Some(mem_limit)),
+    )
 }
 
 fn pods(n: usize) -> Vec<PodView> {
@@ -39,58 +31,33 @@ fn pods(n: usize) -> Vec<PodView> {
         .map(|i| {
             let req = 50 + (i as u64 * 37) % 950;
             let nc = 1 + i % 3;
-            let containers: Vec<ContainerSpec> = (0..nc)
-                .map(|c| container(c, req, req * 2, i % 5 == 0))
-                .collect();
-            let mut annotations = BTreeMap::new();
-            if i % 10 != 9 {
-                annotations.insert(ANN_MANAGED.to_string(), "true".to_string());
-            }
-            let pod_resources = (i % 10 < 2).then(|| Resources {
-                cpu_request: Some(req * nc as u64),
-                cpu_limit: Some(req * nc as u64 * 3),
-                mem_request: Some(256 * MI),
-                mem_limit: Some(512 * MI),
-            });
             let containers = if i % 10 == 8 {
                 // Guaranteed.
-                vec![ContainerSpec {
-                    resources: Resources {
-                        cpu_request: Some(req),
-                        cpu_limit: Some(req),
-                        mem_request: Some(MI),
-                        mem_limit: Some(MI),
-                    },
-                    ..container(0, req, req, true)
-                }]
+                vec![testkit::container(
+                    "c0",
+                    resources(Some(req), Some(req), Some(MI), Some(MI)),
+                )]
             } else {
-                containers
+                (0..nc)
+                    .map(|c| container(c, req, req * 2, i % 5 == 0))
+                    .collect()
             };
-            let qos = compute_qos(&containers, pod_resources.as_ref());
-            PodView {
-                namespace: "bench".into(),
-                name: format!("p{i}"),
-                uid: format!(
-                    "{:08x}-uid",
-                    (i as u64).wrapping_mul(2654435761) % (1 << 32)
-                ),
-                node_name: Some("node".into()),
-                generation: 1,
-                resource_version: None,
-                phase: Some("Running".into()),
-                terminating: false,
-                static_pod: false,
-                windows: false,
-                qos,
-                containers,
-                pod_resources,
-                overhead_cpu: None,
-                statuses: vec![],
-                resize: ResizeState::default(),
-                annotations,
-                limits_set_by_headroom: false,
-                owner: None,
+            let pod_resources = (i % 10 < 2).then(|| {
+                let total = req * nc as u64;
+                resources(Some(total), Some(total * 3), Some(256 * MI), Some(512 * MI))
+            });
+            let uid = format!(
+                "{:08x}-uid",
+                (i as u64).wrapping_mul(2654435761) % (1 << 32)
+            );
+            let mut b = PodBuilder::new("bench", &format!("p{i}"), &uid)
+                .node("node")
+                .containers(containers)
+                .pod_resources(pod_resources);
+            if i % 10 != 9 {
+                b = b.managed();
             }
+            b.qos_from_spec().build()
         })
         .collect()
 }
@@ -114,14 +81,7 @@ fn main() {
             let inputs: Vec<PodInput> = views
                 .iter()
                 .enumerate()
-                .map(|(i, p)| PodInput {
-                    pod: p,
-                    namespace_opted_in: false,
-                    usage_m: (i as u64 * 53) % 400,
-                    throttled_ratio: 0.0,
-                    extra_floor_m: None,
-                    declared: None,
-                })
+                .map(|(i, p)| pod_input(p, (i as u64 * 53) % 400))
                 .collect();
             let node = NodeInputs {
                 node_name: "node",

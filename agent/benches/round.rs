@@ -6,19 +6,17 @@
 //!
 //! `cargo bench -p headroom-agent --bench round`
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
 use std::path::Path;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use headroom::cgroup::{self, Depth};
-use headroom::model::{
-    ContainerKind, ContainerSpec, ContainerState, PodView, Qos, ResizePolicy, ResizeState,
-    Resources,
-};
-use headroom::node_slack::{self, CapacityInputs};
+use headroom::model::PodView;
 use headroom::policy::{PolicyConfig, TokenBucket, plan};
 use headroom::reconcile::observe_round;
+use headroom::node_slack::{self, CapacityInputs};
+use headroom::testkit::{PodBuilder, container, resources};
 
 fn write(dir: &Path, cpu_max: &str, usage: u64) {
     std::fs::create_dir_all(dir).unwrap();
@@ -30,6 +28,10 @@ fn write(dir: &Path, cpu_max: &str, usage: u64) {
     .unwrap();
     std::fs::write(dir.join("cpu.pressure"), "some avg10=1.00 avg60=0.50 avg300=0.10 total=100\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n").unwrap();
     std::fs::write(dir.join("cpu.weight"), "10\n").unwrap();
+}
+
+fn container_id(pod: usize, container: usize) -> String {
+    format!("{pod:032x}{container:032x}")
 }
 
 /// A kind-layout tree of `n` Burstable pods × 3 containers (+ pause), and the
@@ -48,63 +50,32 @@ fn node(root: &Path, n: usize) -> Vec<PodView> {
             uid.replace('-', "_")
         ));
         write(&pod, "60000 100000\n", 1000 + i as u64);
-        let mut containers = Vec::new();
-        let mut statuses = Vec::new();
         for c in 0..3 {
-            let id = format!("{i:032x}{c:032x}");
             write(
-                &pod.join(format!("cri-containerd-{id}.scope")),
+                &pod.join(format!("cri-containerd-{}.scope", container_id(i, c))),
                 "20000 100000\n",
                 10,
             );
-            containers.push(ContainerSpec {
-                name: format!("c{c}"),
-                kind: ContainerKind::App,
-                resources: Resources {
-                    cpu_request: Some(50),
-                    cpu_limit: Some(200),
-                    mem_request: Some(64 << 20),
-                    mem_limit: None,
-                },
-                cpu_resize_policy: ResizePolicy::NotRequired,
-            });
-            statuses.push(ContainerState {
-                name: format!("c{c}"),
-                container_id: Some(id),
-                runtime: Some("containerd".into()),
-                running: true,
-                ..Default::default()
-            });
         }
         write(
             &pod.join(format!("cri-containerd-{:064x}.scope", (i + 1) << 20)),
             "max 100000\n",
             1,
         );
-        views.push(PodView {
-            namespace: "bench".into(),
-            name: format!("p{i}"),
-            uid,
-            node_name: Some("n".into()),
-            generation: 1,
-            resource_version: None,
-            phase: Some("Running".into()),
-            terminating: false,
-            static_pod: false,
-            windows: false,
-            qos: Qos::Burstable,
-            containers,
-            pod_resources: None,
-            overhead_cpu: None,
-            statuses,
-            resize: ResizeState {
-                observed_generation: Some(1),
-                ..Default::default()
-            },
-            annotations: BTreeMap::new(),
-            limits_set_by_headroom: false,
-            owner: None,
-        });
+        let containers = (0..3)
+            .map(|c| {
+                let r = resources(Some(50), Some(200), Some(64 << 20), None);
+                container(&format!("c{c}"), r)
+            })
+            .collect();
+        views.push(
+            PodBuilder::new("bench", &format!("p{i}"), &uid)
+                .node("n")
+                .containers(containers)
+                .running("containerd", |c, _| container_id(i, c))
+                .observed_generation(1)
+                .build(),
+        );
     }
     views
 }

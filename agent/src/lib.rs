@@ -19,4 +19,6 @@ pub mod node_slack;
 pub mod policy;
 pub mod quantity;
 pub mod reconcile;
+#[cfg(any(test, feature = "test-kit"))]
+pub mod testkit;
 pub mod verify;

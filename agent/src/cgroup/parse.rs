@@ -5,15 +5,40 @@
 //! [`ParseError`]; none of them panics on any input (see the proptests
 //! below). Unknown keys are ignored so newer kernels (e.g. `nr_bursts`) parse.
 
+use std::num::{ParseFloatError, ParseIntError};
+use std::str::Utf8Error;
+
 use super::types::{CpuMax, CpuStat, Pressure, PsiLine};
 
 /// Why a file's content could not be parsed. The scanner adds the path.
+/// Where a std parser failed, its error is the [`source`](std::error::Error::source).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ParseError(pub String);
+pub enum ParseError {
+    /// The content breaks the file's grammar or the kernel's bounds.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("not UTF-8")]
+    NotUtf8(#[source] Utf8Error),
+    /// `token` is quoted (see [`quote`]).
+    #[error("{what}: {token} is out of range")]
+    OutOfRange {
+        what: String,
+        token: String,
+        #[source]
+        source: ParseIntError,
+    },
+    /// `token` is quoted (see [`quote`]).
+    #[error("{what}: {token} is not a number")]
+    NotANumber {
+        what: String,
+        token: String,
+        #[source]
+        source: ParseFloatError,
+    },
+}
 
 fn err<T>(msg: impl Into<String>) -> Result<T, ParseError> {
-    Err(ParseError(msg.into()))
+    Err(ParseError::Invalid(msg.into()))
 }
 
 /// Longest piece of file content an error quotes: a 13 MB file must not be
@@ -34,7 +59,7 @@ pub fn quote(s: &str) -> String {
 }
 
 fn text(b: &[u8]) -> Result<&str, ParseError> {
-    std::str::from_utf8(b).map_err(|_| ParseError("not UTF-8".into()))
+    std::str::from_utf8(b).map_err(ParseError::NotUtf8)
 }
 
 fn int(tok: &str, what: &str) -> Result<u64, ParseError> {
@@ -42,8 +67,11 @@ fn int(tok: &str, what: &str) -> Result<u64, ParseError> {
     if tok.is_empty() || !tok.bytes().all(|c| c.is_ascii_digit()) {
         return err(format!("{what}: {} is not an unsigned integer", quote(tok)));
     }
-    tok.parse()
-        .map_err(|_| ParseError(format!("{what}: {} is out of range", quote(tok))))
+    tok.parse().map_err(|source| ParseError::OutOfRange {
+        what: what.to_string(),
+        token: quote(tok),
+        source,
+    })
 }
 
 /// Bounds the kernel enforces on `cpu.max` writes (kernel/sched/core.c:
@@ -125,9 +153,11 @@ pub fn cpu_stat(b: &[u8]) -> Result<CpuStat, ParseError> {
 }
 
 fn avg(tok: &str, key: &str) -> Result<f64, ParseError> {
-    let v: f64 = tok
-        .parse()
-        .map_err(|_| ParseError(format!("{key}: {} is not a number", quote(tok))))?;
+    let v: f64 = tok.parse().map_err(|source| ParseError::NotANumber {
+        what: key.to_string(),
+        token: quote(tok),
+        source,
+    })?;
     // PSI averages are percentages; reject NaN/inf/negative so no consumer
     // has to guard against them.
     if !v.is_finite() || !(0.0..=100.0).contains(&v) {
@@ -254,6 +284,21 @@ mod tests {
         let m = cpu_max(b"25000 50000\n").unwrap();
         assert_eq!(m.period_us, 50000);
         assert_eq!(m.millicores(), Some(500));
+    }
+
+    /// The std parser's error stays reachable through `source()`.
+    #[test]
+    fn parse_errors_keep_the_std_error_as_source() {
+        use std::error::Error;
+        let e = cpu_max(b"5 99999999999999999999999").unwrap_err();
+        assert!(matches!(e, ParseError::OutOfRange { .. }), "{e:?}");
+        assert!(e.source().unwrap().is::<ParseIntError>());
+        let e = pressure(b"some avg10=x avg60=0 avg300=0 total=0").unwrap_err();
+        assert_eq!(e.to_string(), "avg10: \"x\" is not a number");
+        assert!(e.source().unwrap().is::<ParseFloatError>());
+        let e = weight(b"\xff").unwrap_err();
+        assert!(e.source().unwrap().is::<Utf8Error>());
+        assert!(ParseError::Invalid("x".into()).source().is_none());
     }
 
     #[test]

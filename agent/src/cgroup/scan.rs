@@ -240,10 +240,10 @@ impl Reader {
         }
     }
 
-    fn malformed(&self, file: &str, e: ParseError) -> CgroupError {
+    fn malformed(&self, file: &str, source: ParseError) -> CgroupError {
         CgroupError::Malformed {
             path: self.path.join(file),
-            reason: e.0,
+            source,
         }
     }
 
@@ -656,6 +656,36 @@ mod tests {
                 .iter()
                 .all(|e| matches!(e, CgroupError::Malformed { .. }))
         );
+    }
+
+    /// Errors keep what the OS or the parser said: the `source()` chain of
+    /// an I/O error reaches the real `io::Error`, a malformed file's the
+    /// [`ParseError`].
+    #[test]
+    fn error_sources_reach_the_io_error_and_the_parse_error() {
+        use std::error::Error;
+        let (t, l) = tree();
+        let kp = t.path().join("kubepods.slice");
+        let g = kp.join("kubepods-pod11111111_2222.slice");
+        // open(2) on a Unix socket fails with ENXIO: an I/O error, not absence.
+        fs::remove_file(g.join("cpu.max")).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(g.join("cpu.max")).unwrap();
+        fs::write(g.join("cpu.weight"), "many\n").unwrap();
+        let s = scan(t.path(), &l, 0).unwrap();
+        let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
+        let e = gp.sample.as_ref().unwrap_err();
+        assert!(matches!(e, CgroupError::Io { .. }), "{e:?}");
+        let io = std::iter::successors(Some(e as &(dyn Error + 'static)), |e| (*e).source())
+            .find_map(|e| e.downcast_ref::<std::io::Error>())
+            .expect("an io::Error in the source chain");
+        assert_eq!(io.raw_os_error(), Some(nix::libc::ENXIO));
+        let m = s
+            .issues
+            .iter()
+            .find(|e| matches!(e, CgroupError::Malformed { .. }))
+            .expect("cpu.weight reported");
+        let pe = m.source().unwrap().downcast_ref::<ParseError>().unwrap();
+        assert!(matches!(pe, ParseError::Invalid(_)), "{pe:?}");
     }
 
     /// A symlink to /dev/zero made the scan allocate 4 GiB and abort; a FIFO

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::parse::ParseError;
 use crate::model::Qos;
 
 /// `cpu.max`: `"<quota> <period>"` or `"max <period>"` (µs).
@@ -119,9 +120,13 @@ pub enum CgroupError {
     Vanished(PathBuf),
     #[error("{0} is missing")]
     Missing(PathBuf),
-    /// `reason` quotes at most a short prefix of the content.
-    #[error("{path}: malformed: {reason}")]
-    Malformed { path: PathBuf, reason: String },
+    /// `source` quotes at most a short prefix of the content.
+    #[error("{path}: malformed: {source}")]
+    Malformed {
+        path: PathBuf,
+        #[source]
+        source: ParseError,
+    },
     /// EACCES/EPERM: the agent may not read it. Not the same as absent.
     #[error("{path}: permission denied")]
     PermissionDenied {

@@ -1,5 +1,6 @@
 //! Everything that talks to the Kubernetes API: watches of the own node's
-//! pods, the resize patch and its classification, and events.
+//! pods and their conversion to [`crate::model::PodView`], the resize patch
+//! and its classification, and events.
 
 pub mod classify;
 pub mod events;
@@ -7,4 +8,5 @@ pub mod owner;
 pub mod patch;
 pub mod pods;
 pub mod resize;
+pub mod view;
 pub mod watch;

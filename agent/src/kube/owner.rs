@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::model::{DeclaredLimits, OwnerRef, ViewError};
+use crate::kube::view::ViewError;
+use crate::model::{DeclaredLimits, OwnerRef};
 
 /// Why an owner's template gave no limits.
 #[derive(Debug, thiserror::Error)]

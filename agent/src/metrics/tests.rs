@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::verify::Target;
+use crate::model::Target;
 
 struct Reply {
     status: u16,

@@ -371,4 +371,15 @@ mod tests {
         };
         assert_eq!(edges.validate(), Ok(()));
     }
+
+    #[test]
+    fn floor_mode_parses_from_the_config_file_and_refuses_other_words() {
+        let c: PolicyConfig = toml::from_str("floor = \"declared\"").unwrap();
+        assert_eq!(c.floor, FloorMode::Declared);
+        let c: PolicyConfig = serde_json::from_str(r#"{"floor": "request"}"#).unwrap();
+        assert_eq!(c.floor, FloorMode::Request);
+        assert!(serde_json::from_str::<PolicyConfig>(r#"{"floor": "limit"}"#).is_err());
+        assert_eq!("declared".parse::<FloorMode>(), Ok(FloorMode::Declared));
+        assert!("Declared".parse::<FloorMode>().is_err());
+    }
 }

@@ -336,3 +336,264 @@ fn container_shape(pod: &PodView, adopt: bool) -> Result<ManagedShape, Unmanaged
     }
     Ok(ManagedShape::Containers(managed))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ANN_ADOPT, ANN_MANAGED, Qos, ResizePolicy, Resources};
+    use crate::policy::tests::fixtures::*;
+
+    #[test]
+    fn reason_names_are_unique_snake_case() {
+        let mut seen = std::collections::HashSet::new();
+        for r in Unmanaged::ALL {
+            let s = r.reason();
+            assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s}");
+            assert!(seen.insert(s), "duplicate {s}");
+            assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{s}\""));
+        }
+    }
+
+    #[test]
+    fn managed_container_pod_is_eligible() {
+        let p = simple("a", 100, Some(500));
+        let shape = eligibility(&p, &ctx(None)).unwrap();
+        assert_eq!(shape.request_m(), 100);
+        assert_eq!(shape.current_limit_m(), Some(500));
+    }
+
+    #[test]
+    fn unmanaged_other_node() {
+        let mut p = simple("a", 100, Some(500));
+        p.node_name = Some("node-b".into());
+        assert_eq!(why(&p), Some(Unmanaged::OtherNode));
+        p.node_name = None;
+        assert_eq!(why(&p), Some(Unmanaged::OtherNode));
+    }
+
+    #[test]
+    fn unmanaged_not_opted_in_and_namespace_label_opts_in() {
+        let mut p = simple("a", 100, Some(500));
+        p.annotations.clear();
+        assert_eq!(why(&p), Some(Unmanaged::NotOptedIn));
+        let ns = EligibilityCtx {
+            namespace_opted_in: true,
+            ..ctx(None)
+        };
+        assert!(eligibility(&p, &ns).is_ok());
+    }
+
+    #[test]
+    fn unmanaged_opted_out_wins_over_namespace() {
+        let mut p = simple("a", 100, Some(500));
+        p.annotations.insert(ANN_MANAGED.into(), "false".into());
+        let ns = EligibilityCtx {
+            namespace_opted_in: true,
+            ..ctx(None)
+        };
+        assert_eq!(eligibility(&p, &ns).err(), Some(Unmanaged::OptedOut));
+    }
+
+    #[test]
+    fn unmanaged_not_running() {
+        let mut p = simple("a", 100, Some(500));
+        p.phase = Some("Pending".into());
+        assert_eq!(why(&p), Some(Unmanaged::NotRunning));
+    }
+
+    #[test]
+    fn unmanaged_terminating() {
+        let mut p = simple("a", 100, Some(500));
+        p.terminating = true;
+        assert_eq!(why(&p), Some(Unmanaged::Terminating));
+    }
+
+    #[test]
+    fn unmanaged_static_pod() {
+        let mut p = simple("a", 100, Some(500));
+        p.static_pod = true;
+        assert_eq!(why(&p), Some(Unmanaged::StaticPod));
+    }
+
+    #[test]
+    fn unmanaged_windows() {
+        let mut p = simple("a", 100, Some(500));
+        p.windows = true;
+        assert_eq!(why(&p), Some(Unmanaged::Windows));
+    }
+
+    #[test]
+    fn unmanaged_guaranteed() {
+        let p = pod(
+            "g",
+            vec![container(
+                "c",
+                res(Some(500), Some(500), Some(MI), Some(MI)),
+            )],
+        );
+        assert_eq!(p.qos, Qos::Guaranteed);
+        assert_eq!(why(&p), Some(Unmanaged::Guaranteed));
+    }
+
+    #[test]
+    fn unmanaged_best_effort() {
+        let p = pod("be", vec![container("c", Resources::default())]);
+        assert_eq!(p.qos, Qos::BestEffort);
+        assert_eq!(why(&p), Some(Unmanaged::BestEffort));
+    }
+
+    #[test]
+    fn unmanaged_resize_pending() {
+        let mut p = simple("a", 100, Some(500));
+        p.resize.pending = Some("Infeasible".into());
+        assert_eq!(why(&p), Some(Unmanaged::ResizePending));
+    }
+
+    #[test]
+    fn unmanaged_resize_in_progress() {
+        let mut p = simple("a", 100, Some(500));
+        p.resize.in_progress = Some(String::new());
+        assert_eq!(why(&p), Some(Unmanaged::ResizeInProgress));
+    }
+
+    #[test]
+    fn unmanaged_resize_unobserved() {
+        let mut p = simple("a", 100, Some(500));
+        p.generation = 3;
+        p.resize.observed_generation = Some(2);
+        assert_eq!(why(&p), Some(Unmanaged::ResizeUnobserved));
+        p.resize.observed_generation = Some(3);
+        assert_eq!(why(&p), None);
+    }
+
+    #[test]
+    fn unmanaged_no_cpu_limit_without_adoption() {
+        let p = simple("a", 100, None);
+        assert_eq!(why(&p), Some(Unmanaged::NoCpuLimit));
+    }
+
+    #[test]
+    fn adoption_manages_unlimited_containers_with_a_request() {
+        let mut p = pod(
+            "a",
+            vec![
+                container("with", res(Some(100), None, None, None)),
+                container("without", Resources::default()),
+            ],
+        );
+        p.annotations.insert(ANN_ADOPT.into(), "true".into());
+        match eligibility(&p, &ctx(None)).unwrap() {
+            ManagedShape::Containers(cs) => {
+                assert_eq!(cs.len(), 1);
+                assert_eq!(cs[0].name, "with");
+                assert_eq!(cs[0].limit_m, None);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unlimited_container_is_left_alone_beside_a_limited_one() {
+        let p = pod(
+            "a",
+            vec![
+                container("lim", res(Some(100), Some(300), None, None)),
+                container("free", res(Some(200), None, None, None)),
+            ],
+        );
+        match eligibility(&p, &ctx(None)).unwrap() {
+            ManagedShape::Containers(cs) => {
+                assert_eq!(
+                    cs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+                    ["lim"]
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unmanaged_restart_policy_when_a_resized_container_restarts() {
+        let mut p = simple("a", 100, Some(500));
+        p.containers[0].cpu_resize_policy = ResizePolicy::RestartContainer;
+        assert_eq!(why(&p), Some(Unmanaged::RestartPolicy));
+    }
+
+    #[test]
+    fn restart_policy_on_an_untouched_container_is_fine() {
+        let mut p = pod(
+            "a",
+            vec![
+                container("lim", res(Some(100), Some(300), None, None)),
+                container("free", res(Some(200), None, None, None)),
+            ],
+        );
+        p.containers[1].cpu_resize_policy = ResizePolicy::RestartContainer;
+        assert_eq!(why(&p), None);
+    }
+
+    #[test]
+    fn unmanaged_no_cpu_request() {
+        let p = pod(
+            "a",
+            vec![container("c", res(Some(0), Some(300), Some(MI), None))],
+        );
+        assert_eq!(why(&p), Some(Unmanaged::NoCpuRequest));
+    }
+
+    #[test]
+    fn unmanaged_pod_level_unknown_and_unsupported() {
+        let p = pod_level_a();
+        assert_eq!(
+            eligibility(&p, &ctx(None)).err(),
+            Some(Unmanaged::PodLevelUnknown)
+        );
+        assert_eq!(
+            eligibility(&p, &ctx(Some(false))).err(),
+            Some(Unmanaged::PodLevelUnsupported)
+        );
+        assert_eq!(
+            eligibility(&p, &ctx(Some(true))).unwrap(),
+            ManagedShape::PodLevel {
+                request_m: 100,
+                limit_m: Some(500)
+            }
+        );
+    }
+
+    #[test]
+    fn unmanaged_pod_level_guaranteed() {
+        // docs/kubelet-behaviour.md §4 pod f: req = lim = 500m/128Mi.
+        let p = with_pod_level(
+            pod("f", vec![container("c", res(Some(100), None, None, None))]),
+            res(Some(500), Some(500), Some(128 * MI), Some(128 * MI)),
+        );
+        assert_eq!(p.qos, Qos::Guaranteed);
+        assert_eq!(why(&p), Some(Unmanaged::PodLevelGuaranteed));
+    }
+
+    #[test]
+    fn pod_level_without_cpu_limit_needs_adoption() {
+        // docs/kubelet-behaviour.md §4 pod c: pod mem 64Mi/128Mi, filled-in pod CPU request 110m.
+        let mut p = with_pod_level(
+            pod("c", vec![container("c", res(Some(110), None, None, None))]),
+            res(Some(110), None, Some(64 * MI), Some(128 * MI)),
+        );
+        assert_eq!(why(&p), Some(Unmanaged::NoCpuLimit));
+        p.annotations.insert(ANN_ADOPT.into(), "true".into());
+        assert_eq!(
+            eligibility(&p, &ctx(Some(true))).unwrap(),
+            ManagedShape::PodLevel {
+                request_m: 110,
+                limit_m: None
+            }
+        );
+    }
+
+    #[test]
+    fn pod_level_restart_policy_on_a_follower_container() {
+        let mut p = pod_level_a();
+        p.containers[0].cpu_resize_policy = ResizePolicy::RestartContainer;
+        assert_eq!(why(&p), Some(Unmanaged::RestartPolicy));
+    }
+}

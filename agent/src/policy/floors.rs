@@ -157,3 +157,134 @@ pub fn scale(m: Millis, factor: f64) -> Millis {
         m
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ANN_ADOPT, ANN_CEILING};
+    use crate::policy::eligibility;
+    use crate::policy::tests::fixtures::*;
+
+    fn floor_of(p: &PodView, extra: Option<Millis>) -> Floor {
+        let shape = eligibility(p, &ctx(Some(true))).unwrap();
+        floor(p, &shape, 10, extra)
+    }
+
+    #[test]
+    fn floor_case_a_pod_request() {
+        let f = floor_of(&pod_level_a(), None);
+        assert_eq!(f.floor_m, 100);
+        assert!(!f.qos_guard && !f.container_limit_bound);
+    }
+
+    #[test]
+    fn floor_case_b_largest_container_limit() {
+        // Pod b: as a, container lim 400m → 300m refused.
+        let p = with_pod_level(
+            pod(
+                "b",
+                vec![container("c", res(Some(100), Some(400), None, None))],
+            ),
+            res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)),
+        );
+        let f = floor_of(&p, None);
+        assert_eq!(f.floor_m, 400);
+        assert!(f.container_limit_bound);
+    }
+
+    #[test]
+    fn floor_case_c_filled_in_request() {
+        // Pod c with adoption: → 100m refused (under the 110m request).
+        let mut p = with_pod_level(
+            pod("c", vec![container("c", res(Some(110), None, None, None))]),
+            res(Some(110), None, Some(64 * MI), Some(128 * MI)),
+        );
+        p.annotations.insert(ANN_ADOPT.into(), "true".into());
+        assert_eq!(floor_of(&p, None).floor_m, 110);
+    }
+
+    #[test]
+    fn floor_case_d_container_limit_700() {
+        // Pod d after c lim → 700m: pod → 300m refused.
+        let p = with_pod_level(
+            pod(
+                "d",
+                vec![container("c", res(Some(110), Some(700), None, None))],
+            ),
+            res(Some(110), Some(800), Some(64 * MI), Some(128 * MI)),
+        );
+        assert_eq!(floor_of(&p, None).floor_m, 700);
+    }
+
+    #[test]
+    fn floor_case_e_memory_equal_stays_strictly_above_request() {
+        // Pod e: req cpu 100m/mem 128Mi, lim cpu 500m/mem 128Mi: 100m refused, 101m ok.
+        let p = with_pod_level(
+            pod("e", vec![container("c", res(Some(100), None, None, None))]),
+            res(Some(100), Some(500), Some(128 * MI), Some(128 * MI)),
+        );
+        let f = floor_of(&p, None);
+        assert_eq!(f.floor_m, 110);
+        assert!(f.qos_guard);
+    }
+
+    #[test]
+    fn floor_case_f_guaranteed_is_never_managed() {
+        let p = with_pod_level(
+            pod("f", vec![container("c", res(Some(100), None, None, None))]),
+            res(Some(500), Some(500), Some(128 * MI), Some(128 * MI)),
+        );
+        assert!(eligibility(&p, &ctx(Some(true))).is_err());
+    }
+
+    #[test]
+    fn container_qos_floor_one_quantum_above_when_guaranteed_would_follow() {
+        // cpu 100m/300m, mem 64Mi/64Mi: limit = request would be Guaranteed.
+        let p = pod(
+            "q",
+            vec![container(
+                "c",
+                res(Some(100), Some(300), Some(64 * MI), Some(64 * MI)),
+            )],
+        );
+        let f = floor_of(&p, None);
+        assert_eq!(f.floor_m, 110);
+        assert!(f.qos_guard);
+        // With a memory limit above request, no guard is needed.
+        assert_eq!(floor_of(&simple("s", 100, Some(300)), None).floor_m, 100);
+    }
+
+    #[test]
+    fn learned_floor_lifts_the_floor() {
+        let f = floor_of(&simple("s", 100, Some(300)), Some(250));
+        assert_eq!(f.floor_m, 250);
+        assert!(f.learned);
+        assert!(!floor_of(&simple("s", 100, Some(300)), Some(50)).learned);
+    }
+
+    #[test]
+    fn ceiling_default_annotation_capacity_and_floor() {
+        let p = simple("s", 100, Some(300));
+        assert_eq!(ceiling(&p, 100, 100, 4.0, 8000, None), 400);
+        assert_eq!(ceiling(&p, 100, 100, 4.0, 250, None), 250);
+        assert_eq!(ceiling(&p, 105, 105, 4.0, 8000, None), 420);
+        // Not rounded to a quantum grid: a big quantum cannot pull it down.
+        assert_eq!(ceiling(&p, 10, 10, 1.5, 8000, None), 15);
+        let mut a = p.clone();
+        a.annotations.insert(ANN_CEILING.into(), "1.5".into());
+        assert_eq!(ceiling(&a, 100, 100, 4.0, 8000, None), 1500);
+        a.annotations.insert(ANN_CEILING.into(), "bogus".into());
+        assert_eq!(ceiling(&a, 100, 100, 4.0, 8000, None), 400);
+        a.annotations.insert(ANN_CEILING.into(), "50m".into());
+        assert_eq!(ceiling(&a, 100, 110, 4.0, 8000, None), 110);
+        // The default ceiling never falls below the declared limit (even above
+        // capacity: lowering it there changes nothing the kernel enforces on an
+        // idle node, and opting in must not lower a limit); the annotation, the
+        // user's explicit cap, still wins.
+        assert_eq!(ceiling(&p, 10, 10, 4.0, 8000, Some(100)), 100);
+        assert_eq!(ceiling(&p, 100, 100, 4.0, 8000, Some(300)), 400);
+        assert_eq!(ceiling(&p, 100, 100, 4.0, 250, Some(300)), 300);
+        a.annotations.insert(ANN_CEILING.into(), "50m".into());
+        assert_eq!(ceiling(&a, 10, 10, 4.0, 8000, Some(100)), 50);
+    }
+}

@@ -275,3 +275,234 @@ pub fn plan(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+
+    use super::*;
+    use crate::model::{ANN_ADOPT, DeclaredLimits, PodView};
+    use crate::policy::tests::fixtures::*;
+    use crate::policy::{PodInput, PolicyConfig, TokenBucket, decide};
+
+    #[test]
+    fn raise_to_ceiling_goes_out() {
+        let p = simple("a", 100, Some(200));
+        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let out = plan(
+            &n,
+            &ds,
+            &HashMap::new(),
+            0.0,
+            &mut big_bucket(),
+            &PolicyConfig::default(),
+        );
+        assert_eq!(out.patches.len(), 1);
+        let pp = &out.patches[0];
+        assert_eq!(pp.direction, Direction::Raise);
+        assert_eq!(pp.kind, PatchKind::ContainerLimits(vec![("c".into(), 400)]));
+        assert_eq!((pp.old_total_m, pp.new_total_m), (Some(200), 400));
+    }
+
+    #[test]
+    fn raise_inside_dead_band_is_held() {
+        // Request 1000, limit 1500; slack 1530 → target 1540: +40m < max(10%, 50m).
+        let p = simple("a", 1000, Some(1500));
+        let (n, ds) = decide(
+            &node(1000 + 1530 + 100, 1000, 0.0),
+            &[input(&p, 1000)],
+            &PolicyConfig::default(),
+        );
+        assert_eq!(ds[0].target_m, Some(2530));
+        let p2 = simple("a", 1000, Some(2490));
+        let (n2, ds2) = decide(
+            &node(1000 + 1530 + 100, 1000, 0.0),
+            &[input(&p2, 1000)],
+            &PolicyConfig::default(),
+        );
+        let out = plan(
+            &n2,
+            &ds2,
+            &HashMap::new(),
+            0.0,
+            &mut big_bucket(),
+            &PolicyConfig::default(),
+        );
+        assert!(out.patches.is_empty());
+        assert_eq!(out.held[0].reason, HoldReason::DeadBand);
+        // The same +1030m from 1500 is past the band.
+        let out = plan(
+            &n,
+            &ds,
+            &HashMap::new(),
+            0.0,
+            &mut big_bucket(),
+            &PolicyConfig::default(),
+        );
+        assert_eq!(out.patches.len(), 1);
+    }
+
+    #[test]
+    fn raise_waits_for_cooldown_but_lowering_does_not() {
+        let cfg = PolicyConfig::default();
+        let p = simple("a", 100, Some(200));
+        let mem = HashMap::from([(
+            p.uid.clone(),
+            PodMemory {
+                last_patch_at_s: 100.0,
+                last_target_m: 200,
+            },
+        )]);
+        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let out = plan(&n, &ds, &mem, 130.0, &mut big_bucket(), &cfg);
+        assert!(out.patches.is_empty());
+        assert_eq!(out.held[0].reason, HoldReason::Cooldown);
+        let out = plan(&n, &ds, &mem, 160.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.patches.len(), 1);
+        // Lowering right after a patch: node full.
+        let q = simple("a", 100, Some(400));
+        let (n, ds) = decided(&q, 4000, 4000, 0.0);
+        let out = plan(&n, &ds, &mem, 101.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.patches.len(), 1);
+        assert_eq!(out.patches[0].direction, Direction::Lower);
+        assert_eq!(out.patches[0].new_total_m, 100);
+    }
+
+    #[test]
+    fn small_lowering_is_held_unless_pressure_or_floor() {
+        let cfg = PolicyConfig::default();
+        // Limit 400, slack gives target 380: -20m inside the band.
+        let p = simple("a", 100, Some(400));
+        let (n, ds) = decide(&node(100 + 280 + 100, 100, 0.0), &[input(&p, 100)], &cfg);
+        assert_eq!(ds[0].target_m, Some(380));
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.held[0].reason, HoldReason::DeadBand);
+        // Same with contention pressure: lower at once.
+        let (n, ds) = decide(&node(100 + 280 + 100, 100, 12.0), &[input(&p, 100)], &cfg);
+        assert!(n.under_pressure());
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.patches[0].direction, Direction::Lower);
+        // A target at the floor goes out even inside the band.
+        let p = simple("a", 100, Some(130));
+        let (n, ds) = decided(&p, 4000, 4000, 0.0);
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.patches[0].new_total_m, 100);
+    }
+
+    #[test]
+    fn tiny_lowering_under_pressure_is_held_but_half_a_band_goes_out() {
+        let cfg = PolicyConfig::default();
+        let p = simple("a", 100, Some(400));
+        // Half the lowering band of a 400m limit: max(5% of 400, 25m) = 25m.
+        let (mut tiny, mut half) = (false, false);
+        for cap in 300..800 {
+            let (n, ds) = decide(&node(cap, 100, 12.0), &[input(&p, 100)], &cfg);
+            let Some(t) = ds[0].target_m.filter(|t| *t < 400) else {
+                continue;
+            };
+            assert!(n.under_pressure());
+            let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+            if 400 - t < 25 && t != ds[0].floor_m().unwrap() {
+                tiny = true;
+                assert!(
+                    out.patches.is_empty(),
+                    "a {}m step under pressure was patched",
+                    400 - t
+                );
+                assert_eq!(out.held[0].reason, HoldReason::DeadBand);
+            } else if (25..50).contains(&(400 - t)) {
+                half = true;
+                assert_eq!(
+                    out.patches[0].direction,
+                    Direction::Lower,
+                    "a {}m step under pressure held",
+                    400 - t
+                );
+            }
+        }
+        assert!(tiny && half, "the sweep covered both cases");
+    }
+
+    #[test]
+    fn bucket_caps_patches_and_lowerings_go_first() {
+        let cfg = PolicyConfig::default();
+        let pods: Vec<PodView> = (0..4)
+            .map(|i| simple(&format!("p{i}"), 100, Some(if i < 2 { 200 } else { 400 })))
+            .collect();
+        let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
+        // Slack 400: each target 200 → p2, p3 lower by 200; p0, p1 unchanged.
+        let (n, ds) = decide(&node(500, 0, 0.0), &inputs, &cfg);
+        assert!(ds.iter().all(|d| d.target_m == Some(200)));
+        let mut bucket = TokenBucket::new(1.0, 1);
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut bucket, &cfg);
+        assert_eq!(out.patches.len(), 1);
+        assert_eq!(out.patches[0].direction, Direction::Lower);
+        assert_eq!(
+            out.held
+                .iter()
+                .filter(|h| h.reason == HoldReason::RateLimited)
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn adoption_adds_a_limit_once() {
+        let mut p = simple("a", 100, None);
+        p.annotations.insert(ANN_ADOPT.into(), "true".into());
+        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let out = plan(
+            &n,
+            &ds,
+            &HashMap::new(),
+            0.0,
+            &mut big_bucket(),
+            &PolicyConfig::default(),
+        );
+        assert_eq!(out.patches[0].old_total_m, None);
+        assert_eq!(
+            out.patches[0].kind,
+            PatchKind::ContainerLimits(vec![("c".into(), 400)])
+        );
+    }
+
+    #[test]
+    fn pod_level_patches_only_the_pod_limit() {
+        let mut p = pod_level_a();
+        // The workload's own 500m: above 4 × request, kept on an idle node.
+        let (n, ds) = decided(&p, 8000, 0, 0.0);
+        let cfg = PolicyConfig::default();
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.patches, vec![]);
+        // 500m set by Headroom; the workload declares 300m: ceiling 400m.
+        p.limits_set_by_headroom = true;
+        let declared = DeclaredLimits {
+            containers: BTreeMap::from([("c".to_string(), None)]),
+            pod: Some(300),
+        };
+        let inputs = [PodInput {
+            declared: Some(&declared),
+            ..input(&p, 0)
+        }];
+        let (n, ds) = decide(&node(8000, 0, 0.0), &inputs, &cfg);
+        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.patches[0].kind, PatchKind::PodLimit(400));
+        assert_eq!(out.patches[0].why, "lower 500m→400m: above ceiling 400m");
+        assert_eq!(out.patches[0].direction, Direction::Lower);
+    }
+
+    #[test]
+    fn at_target_means_no_patch() {
+        let p = simple("a", 100, Some(400));
+        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let out = plan(
+            &n,
+            &ds,
+            &HashMap::new(),
+            0.0,
+            &mut big_bucket(),
+            &PolicyConfig::default(),
+        );
+        assert_eq!(out, PlanOutcome::default());
+    }
+}

@@ -225,6 +225,8 @@ impl PartialOrd for Step {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn it(request_m: Millis, floor_m: Millis, ceiling_m: Millis) -> FillItem {
@@ -287,5 +289,51 @@ mod tests {
     fn bad_items_are_repaired() {
         let t = fill(&[it(0, 0, 0), it(100, 50, 20)], 1000, 10);
         assert_eq!(t, vec![1, 100]);
+    }
+
+    fn arb_items() -> impl Strategy<Value = Vec<FillItem>> {
+        proptest::collection::vec((1u64..3000, 0u64..500, 0u64..6000), 1..12).prop_map(|v| {
+            v.into_iter()
+                .map(|(r, f, c)| FillItem {
+                    request_m: r,
+                    floor_m: r + f,
+                    ceiling_m: r + f + c,
+                })
+                .collect()
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn fill_is_monotonic_in_budget(items in arb_items(), b1 in 0u64..40_000, b2 in 0u64..40_000) {
+            let lo = fill(&items, b1.min(b2), 10);
+            let hi = fill(&items, b1.max(b2), 10);
+            for (l, h) in lo.iter().zip(&hi) {
+                prop_assert!(l <= h);
+            }
+        }
+
+        #[test]
+        fn fill_stays_in_bounds_and_wastes_under_a_quantum(items in arb_items(), budget in 0u64..40_000) {
+            let t = fill(&items, budget, 10);
+            let floors: Millis = items.iter().map(|i| i.floor_m - i.request_m).sum();
+            let spent: Millis = t.iter().zip(&items).map(|(t, i)| t - i.request_m).sum();
+            prop_assert!(spent <= budget.max(floors));
+            // Capped: no further step of 10m fits under the ceiling.
+            let all_capped = t.iter().zip(&items).all(|(t, i)| *t + 10 > i.ceiling_m);
+            if budget >= floors && !all_capped {
+                prop_assert!(budget - spent < 10, "budget {} spent {}", budget, spent);
+            }
+            for (t, i) in t.iter().zip(&items) {
+                prop_assert!(i.floor_m <= *t && *t <= i.ceiling_m);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn fill_with_jump_equals_stepwise_greedy(items in arb_items(), budget in 0u64..200_000, q in 1u64..50) {
+            prop_assert_eq!(fill(&items, budget, q), fill_stepwise(&items, budget, q));
+        }
     }
 }

@@ -6,35 +6,9 @@ use std::fmt;
 
 use crate::cgroup::{CgroupError, ContainerRole, CpuMax, Driver, NodeSnapshot, PodCgroup};
 use crate::model::PodView;
+pub use crate::model::Target;
 use crate::quantity::format_cpu_millis;
 use crate::verify::expected::{DEFAULT_PERIOD_US, Expected, ExpectedMax, expected_cpu_max};
-
-/// Which cgroup of a pod.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Target {
-    Pod,
-    /// A container cgroup, by container name.
-    Container(String),
-}
-
-impl Target {
-    /// The container name, `""` for the pod cgroup (a metric label value).
-    pub fn container(&self) -> &str {
-        match self {
-            Target::Pod => "",
-            Target::Container(n) => n,
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Pod => f.write_str("pod cgroup"),
-            Target::Container(n) => write!(f, "container {n}"),
-        }
-    }
-}
 
 /// What was found where a value was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -379,7 +353,7 @@ pub(crate) mod tests {
         let mut cg = cgroup_for(&p);
         cg.sample = Err(CgroupError::Malformed {
             path: "x/cpu.max".into(),
-            reason: "bad".into(),
+            source: crate::cgroup::parse::ParseError::Invalid("bad".into()),
         });
         let m = cmp(&p, &cg);
         assert_eq!(m.len(), 1);

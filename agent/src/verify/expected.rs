@@ -196,59 +196,21 @@ pub fn expected_cpu_max(pod: &PodView, period_us: u64) -> Expected {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::model::{
-        ContainerKind, ContainerSpec, ContainerState, ResizePolicy, ResizeState, Resources,
-    };
+    use crate::model::{ContainerKind, ContainerSpec, Resources};
+    use crate::testkit::{self, PodBuilder};
 
     pub(crate) fn container(name: &str, req: Option<Millis>, lim: Option<Millis>) -> ContainerSpec {
-        ContainerSpec {
-            name: name.to_string(),
-            kind: ContainerKind::App,
-            resources: Resources {
-                cpu_request: req,
-                cpu_limit: lim,
-                ..Default::default()
-            },
-            cpu_resize_policy: ResizePolicy::NotRequired,
-        }
+        testkit::container(name, testkit::cpu(req, lim))
     }
 
     /// A running Burstable pod whose containers run with ids `id-<name>`.
     pub(crate) fn pod(uid: &str, containers: Vec<ContainerSpec>) -> PodView {
-        let statuses = containers
-            .iter()
-            .map(|c| ContainerState {
-                name: c.name.clone(),
-                container_id: Some(format!("id-{}", c.name)),
-                runtime: Some("containerd".into()),
-                running: true,
-                ..Default::default()
-            })
-            .collect();
-        PodView {
-            namespace: "ns".into(),
-            name: format!("pod-{uid}"),
-            uid: uid.into(),
-            node_name: Some("n1".into()),
-            generation: 1,
-            resource_version: None,
-            phase: Some("Running".into()),
-            terminating: false,
-            static_pod: false,
-            windows: false,
-            qos: Qos::Burstable,
-            containers,
-            pod_resources: None,
-            overhead_cpu: None,
-            statuses,
-            resize: ResizeState::default(),
-            annotations: BTreeMap::new(),
-            limits_set_by_headroom: false,
-            owner: None,
-        }
+        PodBuilder::new("ns", &format!("pod-{uid}"), uid)
+            .node("n1")
+            .containers(containers)
+            .running("containerd", |_, c| format!("id-{}", c.name))
+            .build()
     }
 
     fn lim(millis: Millis) -> ExpectedMax {

@@ -1,0 +1,370 @@
+//! Pod → [`PodView`]: the one place the API's `Pod` is read into the plain
+//! data the other layers use. Quantities become integers, sidecars join the
+//! app containers, resize conditions and `managedFields` are summarised.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+use crate::model::{
+    ContainerKind, ContainerSpec, ContainerState, DeclaredLimits, FIELD_MANAGER, Millis, OwnerRef,
+    PodView, Qos, ResizePolicy, ResizeState, Resources, compute_qos,
+};
+use crate::quantity;
+
+impl TryFrom<&Pod> for PodView {
+    type Error = ViewError;
+
+    fn try_from(pod: &Pod) -> Result<Self, ViewError> {
+        let meta = &pod.metadata;
+        let spec = pod.spec.as_ref().ok_or(ViewError::Missing("spec"))?;
+        let status = pod.status.as_ref();
+        let mut containers = Vec::with_capacity(spec.containers.len());
+        for (i, c) in spec.containers.iter().enumerate() {
+            containers.push(container_spec(
+                c,
+                ContainerKind::App,
+                &format!("spec.containers[{i}].resources"),
+            )?);
+        }
+        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+            if c.restart_policy.as_deref() == Some("Always") {
+                containers.push(container_spec(
+                    c,
+                    ContainerKind::Sidecar,
+                    &format!("spec.initContainers[{i}].resources"),
+                )?);
+            }
+        }
+        let pod_resources = spec
+            .resources
+            .as_ref()
+            .map(|r| resources(Some(r), "spec.resources"))
+            .transpose()?
+            .filter(|r| *r != Resources::default());
+        let overhead_cpu = q_cpu(spec.overhead.as_ref(), "spec.overhead")?;
+        let mut statuses = Vec::new();
+        for s in status.into_iter().flat_map(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+        }) {
+            statuses.push(container_state(s)?);
+        }
+        let mut resize = ResizeState {
+            observed_generation: status.and_then(|s| s.observed_generation),
+            ..Default::default()
+        };
+        for c in status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            if c.status != "True" {
+                continue;
+            }
+            match c.type_.as_str() {
+                "PodResizePending" => resize.pending = Some(c.reason.clone().unwrap_or_default()),
+                "PodResizeInProgress" => {
+                    resize.in_progress = Some(c.reason.clone().unwrap_or_default())
+                }
+                _ => continue,
+            }
+            resize.observed_generation = resize.observed_generation.max(c.observed_generation);
+        }
+        let qos = match status.and_then(|s| s.qos_class.as_deref()) {
+            Some("Guaranteed") => Qos::Guaranteed,
+            Some("BestEffort") => Qos::BestEffort,
+            Some("Burstable") => Qos::Burstable,
+            _ => compute_qos(&containers, pod_resources.as_ref()),
+        };
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        Ok(PodView {
+            namespace: meta
+                .namespace
+                .clone()
+                .ok_or(ViewError::Missing("metadata.namespace"))?,
+            name: meta
+                .name
+                .clone()
+                .ok_or(ViewError::Missing("metadata.name"))?,
+            uid: meta.uid.clone().ok_or(ViewError::Missing("metadata.uid"))?,
+            node_name: spec.node_name.clone(),
+            generation: meta.generation.unwrap_or(0),
+            resource_version: meta.resource_version.clone(),
+            phase: status.and_then(|s| s.phase.clone()),
+            terminating: meta.deletion_timestamp.is_some(),
+            static_pod: annotations.contains_key("kubernetes.io/config.mirror"),
+            windows: spec.os.as_ref().is_some_and(|o| o.name == "windows"),
+            qos,
+            containers,
+            pod_resources,
+            overhead_cpu,
+            statuses,
+            resize,
+            annotations,
+            limits_set_by_headroom: limits_set_by_headroom(
+                meta.managed_fields.as_deref().unwrap_or_default(),
+            ),
+            owner: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| OwnerRef {
+                    kind: o.kind.clone(),
+                    name: o.name.clone(),
+                    uid: o.uid.clone(),
+                }),
+        })
+    }
+}
+
+impl DeclaredLimits {
+    /// The limits of a pod template's spec (an owner's `spec.template.spec`).
+    pub fn of_spec(spec: &PodSpec) -> Result<Self, ViewError> {
+        let mut containers = BTreeMap::new();
+        for (i, c) in spec.containers.iter().enumerate() {
+            let r = resources(
+                c.resources.as_ref(),
+                &format!("template.spec.containers[{i}]"),
+            )?;
+            containers.insert(c.name.clone(), r.cpu_limit);
+        }
+        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+            if c.restart_policy.as_deref() == Some("Always") {
+                let f = format!("template.spec.initContainers[{i}]");
+                let r = resources(c.resources.as_ref(), &f)?;
+                containers.insert(c.name.clone(), r.cpu_limit);
+            }
+        }
+        let pod = resources(spec.resources.as_ref(), "template.spec.resources")?.cpu_limit;
+        Ok(Self { containers, pod })
+    }
+}
+
+/// Whether `managedFields` give [`FIELD_MANAGER`] a CPU limit of the pod
+/// (container or pod level). A manager that writes a field later takes it
+/// over, so a user's own resize after Headroom's makes this false again.
+pub fn limits_set_by_headroom(fields: &[ManagedFieldsEntry]) -> bool {
+    fn owns_cpu_limit(v: &serde_json::Value) -> bool {
+        match v {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .any(|(k, v)| (k == "f:limits" && v.get("f:cpu").is_some()) || owns_cpu_limit(v)),
+            _ => false,
+        }
+    }
+    fields.iter().any(|e| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.fields_v1.as_ref().is_some_and(|f| owns_cpu_limit(&f.0))
+    })
+}
+
+/// Errors that make a Pod unusable as a [`PodView`].
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ViewError {
+    #[error("pod has no {0}")]
+    Missing(&'static str),
+    #[error("{field}: {source}")]
+    Quantity {
+        field: String,
+        source: quantity::QuantityError,
+    },
+}
+
+fn q_cpu(
+    map: Option<&BTreeMap<String, Quantity>>,
+    field: &str,
+) -> Result<Option<Millis>, ViewError> {
+    map.and_then(|m| m.get("cpu"))
+        .map(|q| {
+            quantity::cpu_millis(&q.0).map_err(|source| ViewError::Quantity {
+                field: format!("{field}.cpu"),
+                source,
+            })
+        })
+        .transpose()
+}
+
+fn q_mem(map: Option<&BTreeMap<String, Quantity>>, field: &str) -> Result<Option<u64>, ViewError> {
+    map.and_then(|m| m.get("memory"))
+        .map(|q| {
+            quantity::bytes(&q.0).map_err(|source| ViewError::Quantity {
+                field: format!("{field}.memory"),
+                source,
+            })
+        })
+        .transpose()
+}
+
+/// Converts a `ResourceRequirements` to integers. As the apiserver does, a
+/// limit with no request means request = limit.
+pub fn resources(r: Option<&ResourceRequirements>, field: &str) -> Result<Resources, ViewError> {
+    let Some(r) = r else {
+        return Ok(Resources::default());
+    };
+    let cpu_limit = q_cpu(r.limits.as_ref(), &format!("{field}.limits"))?;
+    let mem_limit = q_mem(r.limits.as_ref(), &format!("{field}.limits"))?;
+    let cpu_request = q_cpu(r.requests.as_ref(), &format!("{field}.requests"))?.or(cpu_limit);
+    let mem_request = q_mem(r.requests.as_ref(), &format!("{field}.requests"))?.or(mem_limit);
+    Ok(Resources {
+        cpu_request,
+        cpu_limit,
+        mem_request,
+        mem_limit,
+    })
+}
+
+fn container_spec(
+    c: &Container,
+    kind: ContainerKind,
+    field: &str,
+) -> Result<ContainerSpec, ViewError> {
+    let cpu_resize_policy = c
+        .resize_policy
+        .iter()
+        .flatten()
+        .find(|p| p.resource_name == "cpu")
+        .map(|p| match p.restart_policy.as_str() {
+            "RestartContainer" => ResizePolicy::RestartContainer,
+            _ => ResizePolicy::NotRequired,
+        })
+        .unwrap_or(ResizePolicy::NotRequired);
+    Ok(ContainerSpec {
+        name: c.name.clone(),
+        kind,
+        resources: resources(c.resources.as_ref(), field)?,
+        cpu_resize_policy,
+    })
+}
+
+fn container_state(s: &ContainerStatus) -> Result<ContainerState, ViewError> {
+    let (runtime, container_id) = match s
+        .container_id
+        .as_deref()
+        .and_then(|id| id.split_once("://"))
+    {
+        Some((rt, id)) if !id.is_empty() => (Some(rt.to_string()), Some(id.to_string())),
+        _ => (None, None),
+    };
+    let field = format!("status.containerStatuses[{}]", s.name);
+    let allocated = match &s.allocated_resources {
+        Some(a) => Some(Resources {
+            cpu_request: q_cpu(Some(a), &format!("{field}.allocatedResources"))?,
+            mem_request: q_mem(Some(a), &format!("{field}.allocatedResources"))?,
+            ..Default::default()
+        }),
+        None => None,
+    };
+    Ok(ContainerState {
+        name: s.name.clone(),
+        container_id,
+        runtime,
+        running: s.state.as_ref().is_some_and(|st| st.running.is_some()),
+        resources: s
+            .resources
+            .as_ref()
+            .map(|r| resources(Some(r), &format!("{field}.resources")))
+            .transpose()?,
+        allocated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).expect("pod json")
+    }
+
+    #[test]
+    fn converts_containers_sidecars_pod_level_status_and_conditions() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "generation": 3,
+                         "annotations": {"headroom.dev/managed": "true"}},
+            "spec": {
+                "nodeName": "n1",
+                "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "500m"}},
+                "overhead": {"cpu": "50m"},
+                "initContainers": [
+                    {"name": "init", "image": "x"},
+                    {"name": "side", "image": "x", "restartPolicy": "Always",
+                     "resources": {"limits": {"cpu": "200m"}}}
+                ],
+                "containers": [{"name": "app", "image": "x",
+                    "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}],
+                    "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}}]
+            },
+            "status": {
+                "phase": "Running", "qosClass": "Burstable", "observedGeneration": 2,
+                "conditions": [
+                    {"type": "PodResizeInProgress", "status": "True", "observedGeneration": 3},
+                    {"type": "PodResizePending", "status": "False"}
+                ],
+                "containerStatuses": [{"name": "app", "image": "x", "imageID": "", "ready": true, "restartCount": 0,
+                    "containerID": "containerd://abc", "state": {"running": {}},
+                    "allocatedResources": {"cpu": "250m"},
+                    "resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "300m"}}}]
+            }
+        }));
+        let v = PodView::try_from(&p).unwrap();
+        assert_eq!(v.key(), "ns/p");
+        assert_eq!(
+            v.containers.len(),
+            2,
+            "app + sidecar; ordinary init containers are not pod-lifetime"
+        );
+        assert_eq!(v.containers[1].kind, ContainerKind::Sidecar);
+        assert_eq!(
+            v.containers[1].resources.cpu_request,
+            Some(200),
+            "a limit without request means request = limit"
+        );
+        assert_eq!(
+            v.containers[0].cpu_resize_policy,
+            ResizePolicy::RestartContainer
+        );
+        assert_eq!(v.pod_resources.and_then(|r| r.cpu_limit), Some(500));
+        assert_eq!(v.cpu_request(), 100, "pod-level request wins");
+        assert_eq!(v.overhead_cpu, Some(50));
+        assert_eq!(v.resize.in_progress.as_deref(), Some(""));
+        assert_eq!(v.resize.pending, None, "a False condition is not pending");
+        assert_eq!(v.resize.observed_generation, Some(3));
+        let s = v.status_of("app").unwrap();
+        assert_eq!(
+            (s.runtime.as_deref(), s.container_id.as_deref()),
+            (Some("containerd"), Some("abc"))
+        );
+        assert!(s.running);
+        assert_eq!(s.resources.and_then(|r| r.cpu_limit), Some(300));
+        assert_eq!(s.allocated.and_then(|r| r.cpu_request), Some(250));
+    }
+
+    #[test]
+    fn a_bad_quantity_is_a_typed_error_naming_the_field() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": "lots"}}}]}
+        }));
+        let e = PodView::try_from(&p).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("spec.containers[0].resources.limits.cpu"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_identity_is_an_error_not_a_panic() {
+        let p = pod(serde_json::json!({"metadata": {"name": "p"}, "spec": {"containers": []}}));
+        assert_eq!(
+            PodView::try_from(&p).unwrap_err(),
+            ViewError::Missing("metadata.namespace")
+        );
+    }
+}

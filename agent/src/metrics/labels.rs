@@ -1,0 +1,221 @@
+//! The label sets and label values of the `headroom_` families: the fixed
+//! vocabularies (result, direction, error class, scan error kind) a
+//! dashboard or alert matches on.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodLabels {
+    pub namespace: String,
+    pub pod: String,
+}
+
+/// `container` is empty for the pod cgroup (the cAdvisor convention).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CgroupLabels {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ResizeResult {
+    /// Patch accepted by the apiserver.
+    applied,
+    /// Refused by validation/admission (the apiserver said why).
+    refused,
+    /// Transport or server error.
+    error,
+    /// Seen in `cpu.max` after the kubelet finished.
+    verified,
+    /// Not seen in `cpu.max` within the grace period.
+    unverified,
+    /// Computed but not sent (`--dry-run`).
+    dry_run,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Direction {
+    raise,
+    lower,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResizeLabels {
+    pub result: ResizeResult,
+    pub direction: Direction,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum PatchErrorClass {
+    refused,
+    conflict,
+    not_found,
+    forbidden,
+    /// No HTTP answer: connection refused or reset, TLS, timeout.
+    transport,
+    /// 403 while the Node is re-registered (resize admission cannot find it).
+    node_not_found,
+    throttled,
+    server_error,
+    /// An HTTP status the agent has no rule for.
+    unexpected,
+}
+
+impl PatchErrorClass {
+    /// Every class, for tests that each one is reachable and exported.
+    pub const ALL: [PatchErrorClass; 9] = [
+        PatchErrorClass::refused,
+        PatchErrorClass::conflict,
+        PatchErrorClass::not_found,
+        PatchErrorClass::forbidden,
+        PatchErrorClass::transport,
+        PatchErrorClass::node_not_found,
+        PatchErrorClass::throttled,
+        PatchErrorClass::server_error,
+        PatchErrorClass::unexpected,
+    ];
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PatchErrorLabels {
+    pub class: PatchErrorClass,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum PodState {
+    managed,
+    unmanaged,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodStateLabels {
+    pub state: PodState,
+    /// Why a pod is unmanaged (a fixed set from the policy); empty for managed.
+    pub reason: String,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum CgroupKind {
+    pod,
+    container,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftEventLabels {
+    pub cgroup: CgroupKind,
+}
+
+/// What went wrong reading cgroups. The first three fail a whole tick;
+/// the others are one file or directory, the tick goes on without it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ScanErrorKind {
+    /// kubepods' own files unusable: the tick was skipped.
+    kubepods,
+    /// The scan did not finish within the tick deadline: the tick was skipped.
+    timeout,
+    /// kubepods `usage_usec` went backwards: that interval's usage was skipped.
+    counter_reset,
+    permission_denied,
+    malformed,
+    missing,
+    /// A symlink, FIFO or device where a regular file belongs.
+    not_regular_file,
+    too_large,
+    io,
+}
+
+impl ScanErrorKind {
+    pub fn of(e: &crate::cgroup::CgroupError) -> Self {
+        use crate::cgroup::CgroupError as E;
+        match e {
+            E::PermissionDenied { .. } => Self::permission_denied,
+            E::Malformed { .. } => Self::malformed,
+            E::Missing(_) | E::Vanished(_) => Self::missing,
+            E::NotRegular { .. } => Self::not_regular_file,
+            E::TooLarge { .. } => Self::too_large,
+            E::Io { .. } => Self::io,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScanErrorLabels {
+    pub kind: ScanErrorKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct BuildLabels {
+    pub(super) version: String,
+}
+
+pub(super) fn pod_labels(namespace: &str, pod: &str) -> PodLabels {
+    PodLabels {
+        namespace: namespace.to_string(),
+        pod: pod.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::ScanErrorKind;
+    use crate::cgroup::CgroupError as E;
+    use crate::cgroup::parse::ParseError;
+
+    /// Each cgroup error counts under the label it always had.
+    #[test]
+    fn scan_error_kind_of_each_cgroup_error() {
+        let p = || PathBuf::from("x");
+        let io = |errno| std::io::Error::from_raw_os_error(errno).into();
+        let cases = [
+            (E::Vanished(p()), ScanErrorKind::missing),
+            (E::Missing(p()), ScanErrorKind::missing),
+            (
+                E::Malformed {
+                    path: p(),
+                    source: ParseError::Invalid("bad".into()),
+                },
+                ScanErrorKind::malformed,
+            ),
+            (
+                E::PermissionDenied {
+                    path: p(),
+                    source: io(nix::libc::EACCES),
+                },
+                ScanErrorKind::permission_denied,
+            ),
+            (
+                E::NotRegular {
+                    path: p(),
+                    what: "a FIFO",
+                },
+                ScanErrorKind::not_regular_file,
+            ),
+            (
+                E::TooLarge {
+                    path: p(),
+                    limit: 1,
+                },
+                ScanErrorKind::too_large,
+            ),
+            (
+                E::Io {
+                    path: p(),
+                    source: io(nix::libc::EIO),
+                },
+                ScanErrorKind::io,
+            ),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(ScanErrorKind::of(&e), kind, "{e}");
+        }
+    }
+}
