@@ -403,14 +403,14 @@ mod tests {
         )
         .unwrap();
         fs::write(gdir.join("cpu.max"), "70000 100000\n").unwrap();
-        let light = rescan(t.path(), &full, 5, |p| {
+        let only_g = |p: &PodCgroup| {
             if p.uid == g.uid {
                 Depth::Stat
             } else {
                 Depth::Skip
             }
-        })
-        .unwrap();
+        };
+        let light = rescan(t.path(), &full, 5, only_g).unwrap();
         assert_eq!(light.pods.len(), 1, "skipped pods are left out");
         let s = light.pods[0].sample.as_ref().unwrap();
         assert_eq!(s.cpu_stat.usage_usec, 900, "cpu.stat re-read");
@@ -435,14 +435,7 @@ mod tests {
             "cpu.max re-read at Full depth"
         );
         fs::remove_dir_all(&gdir).unwrap();
-        let gone = rescan(t.path(), &full, 7, |p| {
-            if p.uid == g.uid {
-                Depth::Stat
-            } else {
-                Depth::Skip
-            }
-        })
-        .unwrap();
+        let gone = rescan(t.path(), &full, 7, only_g).unwrap();
         assert!(
             matches!(gone.pods[0].sample, Err(CgroupError::Vanished(_))),
             "{:?}",

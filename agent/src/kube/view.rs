@@ -176,29 +176,31 @@ pub enum ViewError {
     },
 }
 
-fn q_cpu(
-    map: Option<&BTreeMap<String, Quantity>>,
+type Quantities = BTreeMap<String, Quantity>;
+
+/// `map[key]` parsed by `parse`; an error names `<field>.<key>`.
+fn quantity_of(
+    map: Option<&Quantities>,
     field: &str,
-) -> Result<Option<Millis>, ViewError> {
-    map.and_then(|m| m.get("cpu"))
+    key: &str,
+    parse: fn(&str) -> Result<u64, quantity::QuantityError>,
+) -> Result<Option<u64>, ViewError> {
+    map.and_then(|m| m.get(key))
         .map(|q| {
-            quantity::cpu_millis(&q.0).map_err(|source| ViewError::Quantity {
-                field: format!("{field}.cpu"),
+            parse(&q.0).map_err(|source| ViewError::Quantity {
+                field: format!("{field}.{key}"),
                 source,
             })
         })
         .transpose()
 }
 
-fn q_mem(map: Option<&BTreeMap<String, Quantity>>, field: &str) -> Result<Option<u64>, ViewError> {
-    map.and_then(|m| m.get("memory"))
-        .map(|q| {
-            quantity::bytes(&q.0).map_err(|source| ViewError::Quantity {
-                field: format!("{field}.memory"),
-                source,
-            })
-        })
-        .transpose()
+fn q_cpu(map: Option<&Quantities>, field: &str) -> Result<Option<Millis>, ViewError> {
+    quantity_of(map, field, "cpu", quantity::cpu_millis)
+}
+
+fn q_mem(map: Option<&Quantities>, field: &str) -> Result<Option<u64>, ViewError> {
+    quantity_of(map, field, "memory", quantity::bytes)
 }
 
 /// Converts a `ResourceRequirements` to integers. As the apiserver does, a

@@ -450,15 +450,20 @@ async fn closed_by_server(s: &mut TcpStream, within: std::time::Duration) -> boo
 
 const LONG: std::time::Duration = std::time::Duration::from_secs(60);
 
-#[tokio::test]
-async fn healthz_answers_while_every_http_slot_is_held() {
-    let limits = ConnLimits {
-        max_connections: 4,
-        probe_slots: 2,
+/// Limits whose timeouts never fire within a test.
+fn patient(max_connections: usize, probe_slots: usize) -> ConnLimits {
+    ConnLimits {
+        max_connections,
+        probe_slots,
         header_read_timeout: LONG,
         probe_read_timeout: LONG,
         connection_timeout: LONG,
-    };
+    }
+}
+
+#[tokio::test]
+async fn healthz_answers_while_every_http_slot_is_held() {
+    let limits = patient(4, 2);
     let (addr, ready, _stop) = start_limited(limits).await;
     // The cap's worth of connections, each in the middle of a request head.
     let mut held = Vec::new();
@@ -487,13 +492,7 @@ async fn healthz_answers_while_every_http_slot_is_held() {
 
 #[tokio::test]
 async fn connections_beyond_the_cap_are_closed_at_once() {
-    let limits = ConnLimits {
-        max_connections: 3,
-        probe_slots: 2,
-        header_read_timeout: LONG,
-        probe_read_timeout: LONG,
-        connection_timeout: LONG,
-    };
+    let limits = patient(3, 2);
     let (addr, _ready, _stop) = start_limited(limits).await;
     let mut conns = Vec::new();
     for _ in 0..limits.max_connections + limits.probe_slots {

@@ -251,104 +251,46 @@ mod tests {
         assert!(serde_json::from_str::<PolicyConfig>(r#"{"reserve": 1}"#).is_err());
     }
 
+    /// A change to the defaults.
+    type Change = fn(&mut PolicyConfig);
+
+    /// The defaults with one change.
+    fn with(change: Change) -> PolicyConfig {
+        let mut c = PolicyConfig::default();
+        change(&mut c);
+        c
+    }
+
     #[test]
     fn bad_values_are_rejected() {
-        let zero_q = PolicyConfig {
-            quantum_m: 0,
-            ..Default::default()
-        };
+        let zero_q = with(|c| c.quantum_m = 0);
         assert_eq!(zero_q.validate().unwrap_err().field, "quantum_m");
-        let nan = PolicyConfig {
-            ceiling_factor: f64::NAN,
-            ..Default::default()
-        };
+        let nan = with(|c| c.ceiling_factor = f64::NAN);
         assert_eq!(nan.validate().unwrap_err().field, "ceiling_factor");
-        let inverted = PolicyConfig {
-            pressure_full_pct: 5.0,
-            ..Default::default()
-        };
+        let inverted = with(|c| c.pressure_full_pct = 5.0);
         assert_eq!(inverted.validate().unwrap_err().field, "pressure_full_pct");
     }
 
     #[test]
     fn out_of_range_values_are_rejected_with_the_range() {
-        let cases: [(PolicyConfig, &str, &str); 8] = [
-            (
-                PolicyConfig {
-                    ceiling_factor: 1e308,
-                    ..Default::default()
-                },
-                "ceiling_factor",
-                "between 1 and 64",
-            ),
-            (
-                PolicyConfig {
-                    quantum_m: 1000,
-                    ..Default::default()
-                },
-                "quantum_m",
-                "between 1 and 100",
-            ),
-            (
-                PolicyConfig {
-                    reserve_m: u64::MAX,
-                    ..Default::default()
-                },
-                "reserve_m",
-                "between 0 and 64000",
-            ),
-            (
-                PolicyConfig {
-                    raise_dead_band_pct: 1e9,
-                    ..Default::default()
-                },
-                "raise_dead_band_pct",
-                "between 0 and 100",
-            ),
-            (
-                PolicyConfig {
-                    lower_dead_band_m: 1 << 40,
-                    ..Default::default()
-                },
-                "lower_dead_band_m",
-                "between 0 and 10000",
-            ),
-            (
-                PolicyConfig {
-                    raise_cooldown_s: f64::INFINITY,
-                    ..Default::default()
-                },
-                "raise_cooldown_s",
-                "between 0 and 86400",
-            ),
-            (
-                PolicyConfig {
-                    patch_rate_per_s: 1e-300,
-                    ..Default::default()
-                },
-                "patch_rate_per_s",
-                "between 0.01 and 100",
-            ),
-            (
-                PolicyConfig {
-                    patch_burst: u32::MAX,
-                    ..Default::default()
-                },
-                "patch_burst",
-                "between 1 and 1000",
-            ),
+        // One row a line, so the table reads as one.
+        #[rustfmt::skip]
+        let cases: [(Change, &str, &str); 8] = [
+            (|c| c.ceiling_factor = 1e308, "ceiling_factor", "between 1 and 64"),
+            (|c| c.quantum_m = 1000, "quantum_m", "between 1 and 100"),
+            (|c| c.reserve_m = u64::MAX, "reserve_m", "between 0 and 64000"),
+            (|c| c.raise_dead_band_pct = 1e9, "raise_dead_band_pct", "between 0 and 100"),
+            (|c| c.lower_dead_band_m = 1 << 40, "lower_dead_band_m", "between 0 and 10000"),
+            (|c| c.raise_cooldown_s = f64::INFINITY, "raise_cooldown_s", "between 0 and 86400"),
+            (|c| c.patch_rate_per_s = 1e-300, "patch_rate_per_s", "between 0.01 and 100"),
+            (|c| c.patch_burst = u32::MAX, "patch_burst", "between 1 and 1000"),
         ];
-        for (cfg, field, range) in cases {
-            let e = cfg.validate().unwrap_err();
+        for (change, field, range) in cases {
+            let e = with(change).validate().unwrap_err();
             assert_eq!(e.field, field);
             assert!(e.to_string().contains(range), "{e}");
         }
-        let e = PolicyConfig {
-            ceiling_factor: 1e308,
-            ..Default::default()
-        }
-        .validate()
-        .unwrap_err();
+        let e = with(|c| c.ceiling_factor = 1e308).validate().unwrap_err();
         assert_eq!(
             e.to_string(),
             "invalid policy config: ceiling_factor = 1e308 is out of range: must be between 1 and 64"

@@ -340,7 +340,7 @@ fn container_shape(pod: &PodView, adopt: bool) -> Result<ManagedShape, Unmanaged
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ANN_ADOPT, ANN_MANAGED, Qos, ResizePolicy, Resources};
+    use crate::model::{ANN_ADOPT, ANN_MANAGED, PodView, Qos, ResizePolicy, Resources};
     use crate::policy::tests::fixtures::*;
 
     #[test]
@@ -362,13 +362,37 @@ mod tests {
         assert_eq!(shape.current_limit_m(), Some(500));
     }
 
+    /// One change to a managed pod (`simple("a", 100, Some(500))`) and the
+    /// reason it gives (`None`: still managed).
+    type Change = (Option<Unmanaged>, fn(&mut PodView));
+
+    // One row a line, so the table reads as one.
+    #[rustfmt::skip]
+    const ONE_CHANGE: &[Change] = &[
+        (Some(Unmanaged::OtherNode), |p| p.node_name = Some("node-b".into())),
+        (Some(Unmanaged::OtherNode), |p| p.node_name = None),
+        (Some(Unmanaged::NotRunning), |p| p.phase = Some("Pending".into())),
+        (Some(Unmanaged::Terminating), |p| p.terminating = true),
+        (Some(Unmanaged::StaticPod), |p| p.static_pod = true),
+        (Some(Unmanaged::Windows), |p| p.windows = true),
+        (Some(Unmanaged::ResizePending), |p| p.resize.pending = Some("Infeasible".into())),
+        (Some(Unmanaged::ResizeInProgress), |p| p.resize.in_progress = Some(String::new())),
+        (Some(Unmanaged::ResizeUnobserved), |p| { p.generation = 3; p.resize.observed_generation = Some(2) }),
+        (None, |p| { p.generation = 3; p.resize.observed_generation = Some(3) }),
+        // Without adoption.
+        (Some(Unmanaged::NoCpuLimit), |p| p.containers[0].resources.cpu_limit = None),
+        // A container the resize would touch restarts.
+        (Some(Unmanaged::RestartPolicy), |p| p.containers[0].cpu_resize_policy = ResizePolicy::RestartContainer),
+    ];
+
     #[test]
-    fn unmanaged_other_node() {
-        let mut p = simple("a", 100, Some(500));
-        p.node_name = Some("node-b".into());
-        assert_eq!(why(&p), Some(Unmanaged::OtherNode));
-        p.node_name = None;
-        assert_eq!(why(&p), Some(Unmanaged::OtherNode));
+    fn one_change_to_a_managed_pod_gives_its_reason() {
+        assert_eq!(why(&simple("a", 100, Some(500))), None);
+        for (i, (want, change)) in ONE_CHANGE.iter().enumerate() {
+            let mut p = simple("a", 100, Some(500));
+            change(&mut p);
+            assert_eq!(why(&p), *want, "row {i}");
+        }
     }
 
     #[test]
@@ -395,34 +419,6 @@ mod tests {
     }
 
     #[test]
-    fn unmanaged_not_running() {
-        let mut p = simple("a", 100, Some(500));
-        p.phase = Some("Pending".into());
-        assert_eq!(why(&p), Some(Unmanaged::NotRunning));
-    }
-
-    #[test]
-    fn unmanaged_terminating() {
-        let mut p = simple("a", 100, Some(500));
-        p.terminating = true;
-        assert_eq!(why(&p), Some(Unmanaged::Terminating));
-    }
-
-    #[test]
-    fn unmanaged_static_pod() {
-        let mut p = simple("a", 100, Some(500));
-        p.static_pod = true;
-        assert_eq!(why(&p), Some(Unmanaged::StaticPod));
-    }
-
-    #[test]
-    fn unmanaged_windows() {
-        let mut p = simple("a", 100, Some(500));
-        p.windows = true;
-        assert_eq!(why(&p), Some(Unmanaged::Windows));
-    }
-
-    #[test]
     fn unmanaged_guaranteed() {
         let p = pod(
             "g",
@@ -440,36 +436,6 @@ mod tests {
         let p = pod("be", vec![container("c", Resources::default())]);
         assert_eq!(p.qos, Qos::BestEffort);
         assert_eq!(why(&p), Some(Unmanaged::BestEffort));
-    }
-
-    #[test]
-    fn unmanaged_resize_pending() {
-        let mut p = simple("a", 100, Some(500));
-        p.resize.pending = Some("Infeasible".into());
-        assert_eq!(why(&p), Some(Unmanaged::ResizePending));
-    }
-
-    #[test]
-    fn unmanaged_resize_in_progress() {
-        let mut p = simple("a", 100, Some(500));
-        p.resize.in_progress = Some(String::new());
-        assert_eq!(why(&p), Some(Unmanaged::ResizeInProgress));
-    }
-
-    #[test]
-    fn unmanaged_resize_unobserved() {
-        let mut p = simple("a", 100, Some(500));
-        p.generation = 3;
-        p.resize.observed_generation = Some(2);
-        assert_eq!(why(&p), Some(Unmanaged::ResizeUnobserved));
-        p.resize.observed_generation = Some(3);
-        assert_eq!(why(&p), None);
-    }
-
-    #[test]
-    fn unmanaged_no_cpu_limit_without_adoption() {
-        let p = simple("a", 100, None);
-        assert_eq!(why(&p), Some(Unmanaged::NoCpuLimit));
     }
 
     #[test]
@@ -510,13 +476,6 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn unmanaged_restart_policy_when_a_resized_container_restarts() {
-        let mut p = simple("a", 100, Some(500));
-        p.containers[0].cpu_resize_policy = ResizePolicy::RestartContainer;
-        assert_eq!(why(&p), Some(Unmanaged::RestartPolicy));
     }
 
     #[test]
@@ -564,8 +523,9 @@ mod tests {
     #[test]
     fn unmanaged_pod_level_guaranteed() {
         // docs/kubelet-behaviour.md §4 pod f: req = lim = 500m/128Mi.
-        let p = with_pod_level(
-            pod("f", vec![container("c", res(Some(100), None, None, None))]),
+        let p = pod_level(
+            "f",
+            res(Some(100), None, None, None),
             res(Some(500), Some(500), Some(128 * MI), Some(128 * MI)),
         );
         assert_eq!(p.qos, Qos::Guaranteed);
@@ -575,8 +535,9 @@ mod tests {
     #[test]
     fn pod_level_without_cpu_limit_needs_adoption() {
         // docs/kubelet-behaviour.md §4 pod c: pod mem 64Mi/128Mi, filled-in pod CPU request 110m.
-        let mut p = with_pod_level(
-            pod("c", vec![container("c", res(Some(110), None, None, None))]),
+        let mut p = pod_level(
+            "c",
+            res(Some(110), None, None, None),
             res(Some(110), None, Some(64 * MI), Some(128 * MI)),
         );
         assert_eq!(why(&p), Some(Unmanaged::NoCpuLimit));

@@ -180,11 +180,9 @@ mod tests {
     #[test]
     fn floor_case_b_largest_container_limit() {
         // Pod b: as a, container lim 400m → 300m refused.
-        let p = with_pod_level(
-            pod(
-                "b",
-                vec![container("c", res(Some(100), Some(400), None, None))],
-            ),
+        let p = pod_level(
+            "b",
+            res(Some(100), Some(400), None, None),
             res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)),
         );
         let f = floor_of(&p, None);
@@ -195,8 +193,9 @@ mod tests {
     #[test]
     fn floor_case_c_filled_in_request() {
         // Pod c with adoption: → 100m refused (under the 110m request).
-        let mut p = with_pod_level(
-            pod("c", vec![container("c", res(Some(110), None, None, None))]),
+        let mut p = pod_level(
+            "c",
+            res(Some(110), None, None, None),
             res(Some(110), None, Some(64 * MI), Some(128 * MI)),
         );
         p.annotations.insert(ANN_ADOPT.into(), "true".into());
@@ -206,11 +205,9 @@ mod tests {
     #[test]
     fn floor_case_d_container_limit_700() {
         // Pod d after c lim → 700m: pod → 300m refused.
-        let p = with_pod_level(
-            pod(
-                "d",
-                vec![container("c", res(Some(110), Some(700), None, None))],
-            ),
+        let p = pod_level(
+            "d",
+            res(Some(110), Some(700), None, None),
             res(Some(110), Some(800), Some(64 * MI), Some(128 * MI)),
         );
         assert_eq!(floor_of(&p, None).floor_m, 700);
@@ -219,8 +216,9 @@ mod tests {
     #[test]
     fn floor_case_e_memory_equal_stays_strictly_above_request() {
         // Pod e: req cpu 100m/mem 128Mi, lim cpu 500m/mem 128Mi: 100m refused, 101m ok.
-        let p = with_pod_level(
-            pod("e", vec![container("c", res(Some(100), None, None, None))]),
+        let p = pod_level(
+            "e",
+            res(Some(100), None, None, None),
             res(Some(100), Some(500), Some(128 * MI), Some(128 * MI)),
         );
         let f = floor_of(&p, None);
@@ -230,8 +228,9 @@ mod tests {
 
     #[test]
     fn floor_case_f_guaranteed_is_never_managed() {
-        let p = with_pod_level(
-            pod("f", vec![container("c", res(Some(100), None, None, None))]),
+        let p = pod_level(
+            "f",
+            res(Some(100), None, None, None),
             res(Some(500), Some(500), Some(128 * MI), Some(128 * MI)),
         );
         assert!(eligibility(&p, &ctx(Some(true))).is_err());

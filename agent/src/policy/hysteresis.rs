@@ -289,14 +289,7 @@ mod tests {
     fn raise_to_ceiling_goes_out() {
         let p = simple("a", 100, Some(200));
         let (n, ds) = decided(&p, 4000, 0, 0.0);
-        let out = plan(
-            &n,
-            &ds,
-            &HashMap::new(),
-            0.0,
-            &mut big_bucket(),
-            &PolicyConfig::default(),
-        );
+        let out = first_plan(&n, &ds, &PolicyConfig::default());
         assert_eq!(out.patches.len(), 1);
         let pp = &out.patches[0];
         assert_eq!(pp.direction, Direction::Raise);
@@ -320,25 +313,11 @@ mod tests {
             &[input(&p2, 1000)],
             &PolicyConfig::default(),
         );
-        let out = plan(
-            &n2,
-            &ds2,
-            &HashMap::new(),
-            0.0,
-            &mut big_bucket(),
-            &PolicyConfig::default(),
-        );
+        let out = first_plan(&n2, &ds2, &PolicyConfig::default());
         assert!(out.patches.is_empty());
         assert_eq!(out.held[0].reason, HoldReason::DeadBand);
         // The same +1030m from 1500 is past the band.
-        let out = plan(
-            &n,
-            &ds,
-            &HashMap::new(),
-            0.0,
-            &mut big_bucket(),
-            &PolicyConfig::default(),
-        );
+        let out = first_plan(&n, &ds, &PolicyConfig::default());
         assert_eq!(out.patches.len(), 1);
     }
 
@@ -375,17 +354,17 @@ mod tests {
         let p = simple("a", 100, Some(400));
         let (n, ds) = decide(&node(100 + 280 + 100, 100, 0.0), &[input(&p, 100)], &cfg);
         assert_eq!(ds[0].target_m, Some(380));
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.held[0].reason, HoldReason::DeadBand);
         // Same with contention pressure: lower at once.
         let (n, ds) = decide(&node(100 + 280 + 100, 100, 12.0), &[input(&p, 100)], &cfg);
         assert!(n.under_pressure());
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches[0].direction, Direction::Lower);
         // A target at the floor goes out even inside the band.
         let p = simple("a", 100, Some(130));
         let (n, ds) = decided(&p, 4000, 4000, 0.0);
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches[0].new_total_m, 100);
     }
 
@@ -401,7 +380,7 @@ mod tests {
                 continue;
             };
             assert!(n.under_pressure());
-            let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+            let out = first_plan(&n, &ds, &cfg);
             if 400 - t < 25 && t != ds[0].floor_m().unwrap() {
                 tiny = true;
                 assert!(
@@ -451,14 +430,7 @@ mod tests {
         let mut p = simple("a", 100, None);
         p.annotations.insert(ANN_ADOPT.into(), "true".into());
         let (n, ds) = decided(&p, 4000, 0, 0.0);
-        let out = plan(
-            &n,
-            &ds,
-            &HashMap::new(),
-            0.0,
-            &mut big_bucket(),
-            &PolicyConfig::default(),
-        );
+        let out = first_plan(&n, &ds, &PolicyConfig::default());
         assert_eq!(out.patches[0].old_total_m, None);
         assert_eq!(
             out.patches[0].kind,
@@ -472,7 +444,7 @@ mod tests {
         // The workload's own 500m: above 4 × request, kept on an idle node.
         let (n, ds) = decided(&p, 8000, 0, 0.0);
         let cfg = PolicyConfig::default();
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches, vec![]);
         // 500m set by Headroom; the workload declares 300m: ceiling 400m.
         p.limits_set_by_headroom = true;
@@ -485,7 +457,7 @@ mod tests {
             ..input(&p, 0)
         }];
         let (n, ds) = decide(&node(8000, 0, 0.0), &inputs, &cfg);
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches[0].kind, PatchKind::PodLimit(400));
         assert_eq!(out.patches[0].why, "lower 500m→400m: above ceiling 400m");
         assert_eq!(out.patches[0].direction, Direction::Lower);
@@ -495,14 +467,7 @@ mod tests {
     fn at_target_means_no_patch() {
         let p = simple("a", 100, Some(400));
         let (n, ds) = decided(&p, 4000, 0, 0.0);
-        let out = plan(
-            &n,
-            &ds,
-            &HashMap::new(),
-            0.0,
-            &mut big_bucket(),
-            &PolicyConfig::default(),
-        );
+        let out = first_plan(&n, &ds, &PolicyConfig::default());
         assert_eq!(out, PlanOutcome::default());
     }
 }

@@ -194,11 +194,7 @@ fn unmanaged_pods_get_reasons_and_no_target() {
         "g",
         vec![container("c", res(Some(1), Some(1), Some(1), Some(1)))],
     );
-    let (n, ds) = decide(
-        &node(4000, 0, 0.0),
-        &[input(&g, 0)],
-        &PolicyConfig::default(),
-    );
+    let (n, ds) = decided(&g, 4000, 0, 0.0);
     assert_eq!(n.managed_pods, 0);
     assert_eq!(ds[0].reason, Some(Unmanaged::Guaranteed));
     assert_eq!(ds[0].target_m, None);
@@ -213,11 +209,7 @@ fn container_level_split_by_request() {
             container("b", res(Some(300), Some(450), None, None)),
         ],
     );
-    let (_, ds) = decide(
-        &node(100_000, 0, 0.0),
-        &[input(&p, 0)],
-        &PolicyConfig::default(),
-    );
+    let (_, ds) = decided(&p, 100_000, 0, 0.0);
     let d = &ds[0];
     assert_eq!(d.target_m, Some(1600));
     let parts: Vec<(&str, Millis)> = d
@@ -231,11 +223,7 @@ fn container_level_split_by_request() {
 #[test]
 fn decision_serializes_for_explain() {
     let a = simple("a", 100, Some(200));
-    let (n, ds) = decide(
-        &node(4000, 0, 0.0),
-        &[input(&a, 0)],
-        &PolicyConfig::default(),
-    );
+    let (n, ds) = decided(&a, 4000, 0, 0.0);
     let j = serde_json::to_value((&n, &ds)).unwrap();
     assert_eq!(j[1][0]["level"], "containers");
     assert_eq!(j[1][0]["floor"]["floor_m"], 100);
@@ -403,7 +391,7 @@ proptest! {
     #[test]
     fn plans_never_change_qos_or_break_apiserver_rules(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
         let (n, ds) = run(&pods, cap, usage, psi, 100);
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &PolicyConfig::default());
+        let out = first_plan(&n, &ds, &PolicyConfig::default());
         for pp in &out.patches {
             let before = pods.iter().find(|p| p.uid == pp.uid).unwrap();
             let after = apply(before, pp);
@@ -457,7 +445,7 @@ proptest! {
     fn applied_plan_converges_with_no_further_patches(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
         let (n, ds) = run(&pods, cap, usage, psi, 100);
         let cfg = PolicyConfig::default();
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let out = first_plan(&n, &ds, &cfg);
         let after: Vec<PodView> = pods
             .iter()
             .map(|p| match out.patches.iter().find(|pp| pp.uid == p.uid) {
@@ -466,7 +454,7 @@ proptest! {
             })
             .collect();
         let (n2, ds2) = run(&after, cap, usage, psi, 100);
-        let again = plan(&n2, &ds2, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let again = first_plan(&n2, &ds2, &cfg);
         prop_assert!(again.patches.is_empty(), "{:?}", again.patches);
     }
 }
@@ -588,7 +576,7 @@ fn a_quantum_larger_than_the_headroom_does_not_collapse_the_ceiling() {
     let (n, ds) = decide(&node(4000, 0, 0.0), &[input(&p, 0)], &cfg);
     assert_eq!(ds[0].ceiling_m, Some(150));
     assert_eq!(ds[0].target_m, Some(150));
-    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    let out = first_plan(&n, &ds, &cfg);
     assert!(out.patches.is_empty(), "{:?}", out.patches);
 }
 
@@ -663,7 +651,7 @@ proptest! {
     #[test]
     fn every_reason_states_only_facts_of_the_round(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
         let (n, ds) = run(&pods, cap, usage, psi, 100);
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &PolicyConfig::default());
+        let out = first_plan(&n, &ds, &PolicyConfig::default());
         for pp in &out.patches {
             let d = ds.iter().find(|d| d.uid == pp.uid).unwrap();
             if let Err(e) = check_reason(&n, d, pp) {
@@ -679,7 +667,7 @@ proptest! {
         let cfg = PolicyConfig::default();
         let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
         let (n, ds) = decide(&node(1_000_000, 0, 0.0), &inputs, &cfg);
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+        let out = first_plan(&n, &ds, &cfg);
         for pp in out.patches.iter().filter(|pp| pp.direction == Direction::Lower && pp.old_total_m.is_some()) {
             let p = pods.iter().find(|p| p.uid == pp.uid).unwrap();
             let annotated = p.annotation(ANN_CEILING).and_then(|c| crate::quantity::cpu_millis(c).ok());
@@ -697,7 +685,7 @@ fn lowering_reasons_name_this_rounds_slack_not_a_change() {
     let cfg = PolicyConfig::default();
     // 100m reserve, 100m of other usage: 300m of slack over two pods.
     let (n, ds) = decide(&node(500, 100, 0.0), &inputs, &cfg);
-    let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut big_bucket(), &cfg);
+    let out = first_plan(&n, &ds, &cfg);
     assert_eq!(out.patches.len(), 2, "{out:?}");
     for pp in &out.patches {
         assert!(!pp.why.contains("shrank"), "{}", pp.why);

@@ -237,36 +237,34 @@ mod tests {
         }
     }
 
-    #[test]
-    fn shares_are_proportional_to_requests() {
-        let t = fill(&[it(100, 100, 1000), it(300, 300, 3000)], 400, 10);
-        assert_eq!(t, vec![200, 600]);
-    }
+    /// What it shows, items as (request, floor, ceiling), budget, and the
+    /// targets at a 10m quantum.
+    type FillCase = (
+        &'static str,
+        &'static [(Millis, Millis, Millis)],
+        Millis,
+        &'static [Millis],
+    );
+
+    // One row a line, so the table reads as one.
+    #[rustfmt::skip]
+    const FILLS: &[FillCase] = &[
+        ("shares are proportional to requests", &[(100, 100, 1000), (300, 300, 3000)], 400, &[200, 600]),
+        ("ceilings cap and the rest flows to others", &[(100, 100, 150), (100, 100, 1000)], 400, &[150, 450]),
+        ("an idle node reaches all ceilings", &[(100, 100, 400), (250, 250, 1000)], 100_000, &[400, 1000]),
+        ("a zero budget gives floors", &[(100, 110, 400), (250, 250, 1000)], 0, &[110, 250]),
+        // Floor 500 on a 100m request costs 400 of the 450 budget; the other pod gets the remaining 50.
+        ("floor excess is paid from the budget first", &[(100, 500, 1000), (100, 100, 1000)], 450, &[500, 150]),
+        ("ties break by index", &[(100, 100, 1000), (100, 100, 1000)], 10, &[110, 100]),
+        ("bad items are repaired", &[(0, 0, 0), (100, 50, 20)], 1000, &[1, 100]),
+    ];
 
     #[test]
-    fn ceilings_cap_and_the_rest_flows_to_others() {
-        let t = fill(&[it(100, 100, 150), it(100, 100, 1000)], 400, 10);
-        assert_eq!(t, vec![150, 450]);
-    }
-
-    #[test]
-    fn idle_node_reaches_all_ceilings() {
-        let t = fill(&[it(100, 100, 400), it(250, 250, 1000)], 100_000, 10);
-        assert_eq!(t, vec![400, 1000]);
-    }
-
-    #[test]
-    fn zero_budget_gives_floors() {
-        let t = fill(&[it(100, 110, 400), it(250, 250, 1000)], 0, 10);
-        assert_eq!(t, vec![110, 250]);
-    }
-
-    #[test]
-    fn floor_excess_is_paid_from_the_budget_first() {
-        // Floor 500 on a 100m request costs 400 of the 450 budget; the other
-        // pod gets the remaining 50.
-        let t = fill(&[it(100, 500, 1000), it(100, 100, 1000)], 450, 10);
-        assert_eq!(t, vec![500, 150]);
+    fn fill_cases() {
+        for &(what, items, budget, want) in FILLS {
+            let items: Vec<FillItem> = items.iter().map(|&(r, f, c)| it(r, f, c)).collect();
+            assert_eq!(fill(&items, budget, 10), want, "{what}");
+        }
     }
 
     #[test]
@@ -277,18 +275,6 @@ mod tests {
         }
         let spent: Millis = t[0] - 105 + t[1] - 33;
         assert!(spent <= 57 && spent > 57 - 10, "spent {spent}");
-    }
-
-    #[test]
-    fn ties_break_by_index() {
-        let t = fill(&[it(100, 100, 1000), it(100, 100, 1000)], 10, 10);
-        assert_eq!(t, vec![110, 100]);
-    }
-
-    #[test]
-    fn bad_items_are_repaired() {
-        let t = fill(&[it(0, 0, 0), it(100, 50, 20)], 1000, 10);
-        assert_eq!(t, vec![1, 100]);
     }
 
     fn arb_items() -> impl Strategy<Value = Vec<FillItem>> {

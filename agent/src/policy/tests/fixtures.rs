@@ -2,10 +2,12 @@
 //! hysteresis and the cross-module properties), built with the crate's
 //! [`testkit`](crate::testkit).
 
+use std::collections::HashMap;
+
 use crate::model::{ContainerSpec, Millis, PodView, Resources};
 use crate::policy::{
-    Decision, EligibilityCtx, NodeDecision, NodeInputs, PodInput, PolicyConfig, TokenBucket,
-    Unmanaged, decide, eligibility, slack,
+    Decision, EligibilityCtx, NodeDecision, NodeInputs, PlanOutcome, PodInput, PolicyConfig,
+    TokenBucket, Unmanaged, decide, eligibility, plan, slack,
 };
 use crate::testkit::{self, PodBuilder};
 
@@ -42,10 +44,16 @@ pub(in crate::policy) fn with_pod_level(p: PodView, r: Resources) -> PodView {
         .build()
 }
 
+/// A pod with pod-level resources `pod_r` and one container "c" with `c`.
+pub(in crate::policy) fn pod_level(name: &str, c: Resources, pod_r: Resources) -> PodView {
+    with_pod_level(pod(name, vec![container("c", c)]), pod_r)
+}
+
 /// docs/kubelet-behaviour.md §4 pod a: req 100m/64Mi, lim 500m/128Mi; c req 100m.
 pub(in crate::policy) fn pod_level_a() -> PodView {
-    with_pod_level(
-        pod("a", vec![container("c", res(Some(100), None, None, None))]),
+    pod_level(
+        "a",
+        res(Some(100), None, None, None),
         res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)),
     )
 }
@@ -98,6 +106,15 @@ pub(in crate::policy) fn decided(
         &[input(p, 0)],
         &PolicyConfig::default(),
     )
+}
+
+/// [`plan`] with no memory of earlier patches, at 0 s, from an ample bucket.
+pub(in crate::policy) fn first_plan(
+    n: &NodeDecision,
+    ds: &[Decision],
+    cfg: &PolicyConfig,
+) -> PlanOutcome {
+    plan(n, ds, &HashMap::new(), 0.0, &mut big_bucket(), cfg)
 }
 
 pub(in crate::policy) fn big_bucket() -> TokenBucket {
