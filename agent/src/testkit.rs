@@ -23,7 +23,7 @@ use crate::model::{
 use crate::policy::PodInput;
 
 /// A `resources` stanza with CPU and memory.
-pub fn resources(
+pub const fn resources(
     cpu_request: Option<Millis>,
     cpu_limit: Option<Millis>,
     mem_request: Option<u64>,
@@ -38,7 +38,7 @@ pub fn resources(
 }
 
 /// A `resources` stanza with CPU only.
-pub fn cpu(request: Option<Millis>, limit: Option<Millis>) -> Resources {
+pub const fn cpu(request: Option<Millis>, limit: Option<Millis>) -> Resources {
     resources(request, limit, None, None)
 }
 

@@ -161,7 +161,7 @@ pub fn scale(m: Millis, factor: f64) -> Millis {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ANN_ADOPT, ANN_CEILING};
+    use crate::model::{ANN_ADOPT, ANN_CEILING, Resources};
     use crate::policy::eligibility;
     use crate::policy::tests::fixtures::*;
 
@@ -170,60 +170,46 @@ mod tests {
         floor(p, &shape, 10, extra)
     }
 
-    #[test]
-    fn floor_case_a_pod_request() {
-        let f = floor_of(&pod_level_a(), None);
-        assert_eq!(f.floor_m, 100);
-        assert!(!f.qos_guard && !f.container_limit_bound);
-    }
+    /// docs/kubelet-behaviour.md §4 pod `case`: container "c", pod-level
+    /// resources, adopt-unlimited, and the floor (value, QoS guard, bound by
+    /// a container limit) that keeps what the apiserver refused out of reach.
+    type DocCase = (
+        &'static str,
+        Resources,
+        Resources,
+        bool,
+        (Millis, bool, bool),
+    );
+
+    // One row a line, so the table reads as one.
+    #[rustfmt::skip]
+    const DOC_CASES: &[DocCase] = &[
+        // a: req 100m/64Mi, lim 500m/128Mi; c req 100m: the pod request.
+        ("a", res(Some(100), None, None, None), res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)), false, (100, false, false)),
+        // b: as a, container lim 400m → 300m refused: the largest container limit.
+        ("b", res(Some(100), Some(400), None, None), res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)), false, (400, false, true)),
+        // c with adoption: → 100m refused (under the 110m filled-in request).
+        ("c", res(Some(110), None, None, None), res(Some(110), None, Some(64 * MI), Some(128 * MI)), true, (110, false, false)),
+        // d after c lim → 700m: pod → 300m refused.
+        ("d", res(Some(110), Some(700), None, None), res(Some(110), Some(800), Some(64 * MI), Some(128 * MI)), false, (700, false, true)),
+        // e: req cpu 100m/mem 128Mi, lim cpu 500m/mem 128Mi: 100m refused, 101m ok (memory equal: strictly above the request).
+        ("e", res(Some(100), None, None, None), res(Some(100), Some(500), Some(128 * MI), Some(128 * MI)), false, (110, true, false)),
+    ];
 
     #[test]
-    fn floor_case_b_largest_container_limit() {
-        // Pod b: as a, container lim 400m → 300m refused.
-        let p = pod_level(
-            "b",
-            res(Some(100), Some(400), None, None),
-            res(Some(100), Some(500), Some(64 * MI), Some(128 * MI)),
-        );
-        let f = floor_of(&p, None);
-        assert_eq!(f.floor_m, 400);
-        assert!(f.container_limit_bound);
-    }
-
-    #[test]
-    fn floor_case_c_filled_in_request() {
-        // Pod c with adoption: → 100m refused (under the 110m request).
-        let mut p = pod_level(
-            "c",
-            res(Some(110), None, None, None),
-            res(Some(110), None, Some(64 * MI), Some(128 * MI)),
-        );
-        p.annotations.insert(ANN_ADOPT.into(), "true".into());
-        assert_eq!(floor_of(&p, None).floor_m, 110);
-    }
-
-    #[test]
-    fn floor_case_d_container_limit_700() {
-        // Pod d after c lim → 700m: pod → 300m refused.
-        let p = pod_level(
-            "d",
-            res(Some(110), Some(700), None, None),
-            res(Some(110), Some(800), Some(64 * MI), Some(128 * MI)),
-        );
-        assert_eq!(floor_of(&p, None).floor_m, 700);
-    }
-
-    #[test]
-    fn floor_case_e_memory_equal_stays_strictly_above_request() {
-        // Pod e: req cpu 100m/mem 128Mi, lim cpu 500m/mem 128Mi: 100m refused, 101m ok.
-        let p = pod_level(
-            "e",
-            res(Some(100), None, None, None),
-            res(Some(100), Some(500), Some(128 * MI), Some(128 * MI)),
-        );
-        let f = floor_of(&p, None);
-        assert_eq!(f.floor_m, 110);
-        assert!(f.qos_guard);
+    fn floor_doc_cases() {
+        for &(case, c, pod_r, adopt, want) in DOC_CASES {
+            let mut p = pod_level(case, c, pod_r);
+            if adopt {
+                p.annotations.insert(ANN_ADOPT.into(), "true".into());
+            }
+            let f = floor_of(&p, None);
+            assert_eq!(
+                (f.floor_m, f.qos_guard, f.container_limit_bound),
+                want,
+                "pod {case}"
+            );
+        }
     }
 
     #[test]
