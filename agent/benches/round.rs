@@ -13,9 +13,9 @@ use std::path::Path;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use headroom::cgroup::{self, Depth};
 use headroom::model::PodView;
+use headroom::node_slack::{self, CapacityInputs};
 use headroom::policy::{PolicyConfig, TokenBucket, plan};
 use headroom::reconcile::observe_round;
-use headroom::node_slack::{self, CapacityInputs};
 use headroom::testkit::{PodBuilder, container, resources};
 
 fn write(dir: &Path, cpu_max: &str, usage: u64) {

@@ -4,15 +4,7 @@
 
 pub mod cgroup;
 pub mod kube;
-#[expect(
-    clippy::too_many_lines,
-    reason = "Metrics::new registers every family in one list, read best whole"
-)]
 pub mod metrics;
-#[expect(
-    clippy::too_many_lines,
-    reason = "PodView::try_from reads a Pod in one pass, in the order of the struct"
-)]
 pub mod model;
 pub mod names;
 pub mod node_slack;

@@ -17,6 +17,10 @@ use crate::quantity;
 impl TryFrom<&Pod> for PodView {
     type Error = ViewError;
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "reads a Pod in one pass, in the order of PodView's fields"
+    )]
     fn try_from(pod: &Pod) -> Result<Self, ViewError> {
         let meta = &pod.metadata;
         let spec = pod.spec.as_ref().ok_or(ViewError::Missing("spec"))?;

@@ -65,6 +65,10 @@ pub struct Metrics {
 
 impl Metrics {
     /// Registers every family under the `headroom_` prefix.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "registers every family in one list, read best whole"
+    )]
     pub fn new(version: &str) -> Self {
         let mut r = Registry::with_prefix("headroom");
         let g = || GaugeF::default();

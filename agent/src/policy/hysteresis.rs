@@ -161,6 +161,10 @@ fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
 /// target is the floor, the step is at least the lowering dead band, or the
 /// node is under pressure and the step is at least half of it. Every patch takes a token from `bucket`; the
 /// rest are held as `RateLimited` and come back next round.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one ordered pass: wanted patches, their priority, then tokens"
+)]
 pub fn plan(
     node: &NodeDecision,
     decisions: &[Decision],

@@ -27,10 +27,6 @@ pub mod bucket;
 pub mod config;
 pub mod eligibility;
 pub mod floors;
-#[expect(
-    clippy::too_many_lines,
-    reason = "plan() is one ordered pass: wanted patches, their priority, then tokens"
-)]
 pub mod hysteresis;
 pub mod slack_formula;
 pub mod split;

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::model::{ContainerSpec, Millis, PodView, Resources};
 use crate::policy::{
     Decision, EligibilityCtx, NodeDecision, NodeInputs, PlanOutcome, PodInput, PolicyConfig,
-    TokenBucket, Unmanaged, decide, eligibility, plan, slack,
+    TokenBucket, Unmanaged, decide, eligibility, plan, slack_formula,
 };
 use crate::testkit::{self, PodBuilder};
 
@@ -81,7 +81,7 @@ pub(in crate::policy) fn node(
         node_name: NODE,
         capacity_m,
         kubepods_usage_m: usage_m,
-        stall: slack::StallInputs {
+        stall: slack_formula::StallInputs {
             some_pct: psi,
             throttling_pct: 0.0,
             contention_pct: psi,
