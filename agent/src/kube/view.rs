@@ -48,7 +48,7 @@ impl TryFrom<&Pod> for PodView {
             .map(|r| resources(Some(r), "spec.resources"))
             .transpose()?
             .filter(|r| *r != Resources::default());
-        let overhead_cpu = q_cpu(spec.overhead.as_ref(), "spec.overhead")?;
+        let overhead_cpu = q_cpu(spec.overhead.as_ref(), &|| "spec.overhead".to_string())?;
         let mut statuses = Vec::new();
         for s in status.into_iter().flat_map(|s| {
             s.container_statuses
@@ -183,27 +183,32 @@ pub enum ViewError {
 type Quantities = BTreeMap<String, Quantity>;
 
 /// `map[key]` parsed by `parse`; an error names `<field>.<key>`.
+/// `field` names the quantity only in an error: built on failure, not for
+/// every quantity of every pod each tick.
 fn quantity_of(
     map: Option<&Quantities>,
-    field: &str,
+    field: &dyn Fn() -> String,
     key: &str,
     parse: fn(&str) -> Result<u64, quantity::QuantityError>,
 ) -> Result<Option<u64>, ViewError> {
     map.and_then(|m| m.get(key))
         .map(|q| {
             parse(&q.0).map_err(|source| ViewError::Quantity {
-                field: format!("{field}.{key}"),
+                field: format!("{}.{key}", field()),
                 source,
             })
         })
         .transpose()
 }
 
-fn q_cpu(map: Option<&Quantities>, field: &str) -> Result<Option<Millis>, ViewError> {
+fn q_cpu(
+    map: Option<&Quantities>,
+    field: &dyn Fn() -> String,
+) -> Result<Option<Millis>, ViewError> {
     quantity_of(map, field, "cpu", quantity::cpu_millis)
 }
 
-fn q_mem(map: Option<&Quantities>, field: &str) -> Result<Option<u64>, ViewError> {
+fn q_mem(map: Option<&Quantities>, field: &dyn Fn() -> String) -> Result<Option<u64>, ViewError> {
     quantity_of(map, field, "memory", quantity::bytes)
 }
 
@@ -213,10 +218,12 @@ pub fn resources(r: Option<&ResourceRequirements>, field: &str) -> Result<Resour
     let Some(r) = r else {
         return Ok(Resources::default());
     };
-    let cpu_limit = q_cpu(r.limits.as_ref(), &format!("{field}.limits"))?;
-    let mem_limit = q_mem(r.limits.as_ref(), &format!("{field}.limits"))?;
-    let cpu_request = q_cpu(r.requests.as_ref(), &format!("{field}.requests"))?.or(cpu_limit);
-    let mem_request = q_mem(r.requests.as_ref(), &format!("{field}.requests"))?.or(mem_limit);
+    let limits = || format!("{field}.limits");
+    let requests = || format!("{field}.requests");
+    let cpu_limit = q_cpu(r.limits.as_ref(), &limits)?;
+    let mem_limit = q_mem(r.limits.as_ref(), &limits)?;
+    let cpu_request = q_cpu(r.requests.as_ref(), &requests)?.or(cpu_limit);
+    let mem_request = q_mem(r.requests.as_ref(), &requests)?.or(mem_limit);
     Ok(Resources {
         cpu_request,
         cpu_limit,
@@ -260,8 +267,8 @@ fn container_state(s: &ContainerStatus) -> Result<ContainerState, ViewError> {
     let field = format!("status.containerStatuses[{}]", s.name);
     let allocated = match &s.allocated_resources {
         Some(a) => Some(Resources {
-            cpu_request: q_cpu(Some(a), &format!("{field}.allocatedResources"))?,
-            mem_request: q_mem(Some(a), &format!("{field}.allocatedResources"))?,
+            cpu_request: q_cpu(Some(a), &|| format!("{field}.allocatedResources"))?,
+            mem_request: q_mem(Some(a), &|| format!("{field}.allocatedResources"))?,
             ..Default::default()
         }),
         None => None,
