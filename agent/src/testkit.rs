@@ -155,11 +155,6 @@ impl PodBuilder {
         self
     }
 
-    pub fn qos(mut self, qos: Qos) -> Self {
-        self.0.qos = qos;
-        self
-    }
-
     /// The QoS class the apiserver computes from the spec as it is now.
     pub fn qos_from_spec(mut self) -> Self {
         self.0.qos = compute_qos(&self.0.containers, self.0.pod_resources.as_ref());

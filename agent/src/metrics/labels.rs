@@ -164,6 +164,32 @@ pub(super) fn pod_labels(namespace: &str, pod: &str) -> PodLabels {
 
 #[cfg(test)]
 mod tests {
+    /// The match is exhaustive, so a new class does not build until it is
+    /// given a position here; `ALL` must hold each class at its position,
+    /// and the positions must run 0..ALL.len() without a gap.
+    #[test]
+    fn all_holds_each_class_at_its_position() {
+        use super::PatchErrorClass;
+        fn position(c: PatchErrorClass) -> usize {
+            match c {
+                PatchErrorClass::refused => 0,
+                PatchErrorClass::conflict => 1,
+                PatchErrorClass::not_found => 2,
+                PatchErrorClass::forbidden => 3,
+                PatchErrorClass::transport => 4,
+                PatchErrorClass::node_not_found => 5,
+                PatchErrorClass::throttled => 6,
+                PatchErrorClass::server_error => 7,
+                PatchErrorClass::unexpected => 8,
+            }
+        }
+        for (i, c) in PatchErrorClass::ALL.iter().enumerate() {
+            assert_eq!(position(*c), i, "{c:?}");
+        }
+        let highest = PatchErrorClass::ALL.iter().map(|c| position(*c)).max();
+        assert_eq!(highest, Some(PatchErrorClass::ALL.len() - 1));
+    }
+
     use std::path::PathBuf;
 
     use super::ScanErrorKind;
