@@ -6,15 +6,16 @@
 
 mod truth;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
-use truth::{Case, Expect, Suite, container_patch, ctr_res, dry_run, pod_patch};
-
-const GATE: &str = "InPlacePodLevelResourcesVerticalScaling";
+use truth::{
+    Case, Expect, PODLEVEL_FEATURE, Suite, container_patch, cpu_limit, ctr_res, dry_run,
+    pod_level_100m_500m, pod_patch,
+};
 
 const SUITE: Suite = Suite {
     control_plane: cp,
-    declared_features: &[GATE],
+    declared_features: &[PODLEVEL_FEATURE],
 };
 
 /// docs/kubelet-behaviour.md quotes `The Pod "<name>" is invalid: ...`; the server's Status
@@ -29,7 +30,7 @@ fn forbidden(name: &str) -> Expect {
 fn cp() -> &'static ControlPlane {
     ControlPlane::shared_with(
         "podlevel-gate-off",
-        ControlPlaneOptions::default().with_gate(GATE, false),
+        ControlPlaneOptions::default().with_gate(PODLEVEL_FEATURE, false),
     )
 }
 
@@ -42,18 +43,10 @@ fn pod(ns: &'static str) -> Case {
     )
 }
 
-fn pod_level() -> Value {
-    json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}})
-}
-
-fn cpu_limit(cpu: &str) -> Value {
-    json!({"limits": {"cpu": cpu}})
-}
-
 #[tokio::test]
 async fn pod_level_limit_resize_is_forbidden() {
     pod("off-pod")
-        .pod_level(pod_level())
+        .pod_level(pod_level_100m_500m())
         .step(pod_patch(cpu_limit("800m")), forbidden("p"))
         .run(&SUITE)
         .await;
@@ -62,7 +55,7 @@ async fn pod_level_limit_resize_is_forbidden() {
 #[tokio::test]
 async fn container_only_resize_of_a_pod_with_pod_level_resources_is_forbidden() {
     pod("off-ctr")
-        .pod_level(pod_level())
+        .pod_level(pod_level_100m_500m())
         .step(container_patch(cpu_limit("450m")), forbidden("p"))
         .run(&SUITE)
         .await;
@@ -71,7 +64,7 @@ async fn container_only_resize_of_a_pod_with_pod_level_resources_is_forbidden() 
 #[tokio::test]
 async fn dry_run_resize_detects_the_gate() {
     pod("off-dry")
-        .pod_level(pod_level())
+        .pod_level(pod_level_100m_500m())
         .step(dry_run(pod_patch(cpu_limit("500m"))), forbidden("p"))
         .run(&SUITE)
         .await;
@@ -90,7 +83,7 @@ async fn container_level_pods_still_resize_with_the_gate_off() {
 #[tokio::test]
 async fn gate_is_reported_off_in_metrics() {
     // Stage is BETA on 1.37 and ALPHA on 1.35 (HEADROOM_APISERVER_VERSION=v1.35.4).
-    let line = truth::gate_metric(cp(), GATE).await;
+    let line = truth::gate_metric(cp(), PODLEVEL_FEATURE).await;
     assert!(
         line.as_deref().is_some_and(|l| l.ends_with("} 0")),
         "gate line: {line:?}"

@@ -13,12 +13,11 @@ use kube::api::Patch;
 use serde_json::{Value, json};
 use testkit::control_plane::ControlPlane;
 use truth::{
-    Case, Expect, Node, Suite, container_patch, ctr_res, dry_run, image, pod_patch, pod_res,
-    sidecar_res,
+    Case, Expect, Node, PODLEVEL_FEATURE, Suite, container_patch, cpu_limit, ctr_res, dry_run,
+    image, pod_level_100m_500m, pod_patch, pod_res, sidecar_res,
 };
 
 const QOS_REFUSAL: &str = "Pod QOS Class may not change as a result of resizing";
-const PODLEVEL_FEATURE: &str = "InPlacePodLevelResourcesVerticalScaling";
 
 const SUITE: Suite = Suite {
     control_plane: ControlPlane::shared,
@@ -38,10 +37,6 @@ fn burstable_by_cpu() -> Value {
 /// Burstable with a memory limit and no cpu limit.
 fn no_cpu_limit() -> Value {
     json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}})
-}
-
-fn cpu_limit(cpu: &str) -> Value {
-    json!({"limits": {"cpu": cpu}})
 }
 
 // ---- docs/kubelet-behaviour.md §3: container-level resize -------------------------------------
@@ -277,10 +272,6 @@ async fn raising_a_limit_above_node_allocatable_is_admitted() {
 
 // ---- docs/kubelet-behaviour.md §4: pod-level resources, gate on --------------------------------
 
-fn pod_level_ab() -> Value {
-    json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}})
-}
-
 fn pod_level_cd() -> Value {
     json!({"requests": {"memory": "64Mi"}, "limits": {"memory": "128Mi"}})
 }
@@ -292,7 +283,7 @@ fn cpu_request(cpu: &str) -> Value {
 #[tokio::test]
 async fn podlevel_a_pod_limit_resizes_up_and_down_are_admitted() {
     Case::new("pl-a", "a", cpu_request("100m"))
-        .pod_level(pod_level_ab())
+        .pod_level(pod_level_100m_500m())
         .admits_then(pod_patch(cpu_limit("800m")), |a| {
             assert_eq!(pod_res(a.pod)["limits"]["cpu"], "800m");
         })
@@ -312,7 +303,7 @@ async fn podlevel_b_pod_limit_cannot_go_under_a_container_limit() {
         "containers": [{"name": "c", "resources": {"limits": {"cpu": "1400m"}}}]
     }}));
     Case::new("pl-b", "b", json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "400m"}}))
-        .pod_level(pod_level_ab())
+        .pod_level(pod_level_100m_500m())
         .admits(pod_patch(cpu_limit("800m")))
         .admits(pod_patch(cpu_limit("450m")))
         .refuses(
@@ -410,7 +401,7 @@ async fn podlevel_resize_on_a_node_not_declaring_the_feature_is_forbidden() {
     // Node to list the feature in status.declaredFeatures (a 1.37 kubelet with
     // the gate on does). Container-only resizes need no declared feature.
     Case::new("pl-undeclared", "p", cpu_request("100m"))
-        .pod_level(pod_level_ab())
+        .pod_level(pod_level_100m_500m())
         .on(Node::Undeclared("plain-node"))
         .refuses(
             pod_patch(cpu_limit("800m")),

@@ -332,3 +332,17 @@ pub async fn gate_metric(cp: &ControlPlane, gate: &str) -> Option<String> {
         .find(|l| l.starts_with(&prefix))
         .map(str::to_string)
 }
+
+/// The feature gate (and node-declared feature) of pod-level resize.
+pub const PODLEVEL_FEATURE: &str = "InPlacePodLevelResourcesVerticalScaling";
+
+/// Pod-level resources cpu 100m/500m, memory 64Mi/128Mi: a Burstable pod
+/// whose pod-level limit a resize can change.
+pub fn pod_level_100m_500m() -> Value {
+    json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}})
+}
+
+/// Container (or pod) resources with only a CPU limit.
+pub fn cpu_limit(cpu: &str) -> Value {
+    json!({"limits": {"cpu": cpu}})
+}
