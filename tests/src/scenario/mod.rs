@@ -47,7 +47,6 @@ pub struct ScenarioBuilder<'a> {
     nodes: usize,
     sim: SimConfig,
     opt_in: bool,
-    admission_wait: bool,
     agents: BTreeMap<usize, Vec<String>>,
 }
 
@@ -60,7 +59,6 @@ impl<'a> ScenarioBuilder<'a> {
             nodes: self.nodes,
             sim: self.sim,
             opt_in: self.opt_in,
-            admission_wait: self.admission_wait,
             agents: self.agents,
         }
     }
@@ -95,13 +93,6 @@ impl<'a> ScenarioBuilder<'a> {
         self
     }
 
-    /// Does not wait until each Node admits resizes (a test of the
-    /// simulator alone; an agent's patches would be refused meanwhile).
-    pub fn no_admission_wait(mut self) -> Self {
-        self.admission_wait = false;
-        self
-    }
-
     /// Creates the namespace, starts the nodes one after another (each
     /// admissible before the next), then their agents, each ready.
     pub async fn start(self) -> Scenario<'a> {
@@ -128,11 +119,9 @@ impl<'a> ScenarioBuilder<'a> {
             let sim = SimKubelet::start(s.client.clone(), cfg)
                 .await
                 .expect("sim starts");
-            if self.admission_wait {
-                cp.wait_node_admissible(&name)
-                    .await
-                    .expect("node admissible");
-            }
+            cp.wait_node_admissible(&name)
+                .await
+                .expect("node admissible");
             s.nodes.push(SimNode {
                 name,
                 sim,
@@ -175,7 +164,6 @@ impl Scenario<'static> {
             nodes: 1,
             sim: SimConfig::new("", ""),
             opt_in: true,
-            admission_wait: true,
             agents: BTreeMap::new(),
         }
     }
