@@ -64,11 +64,39 @@ pub enum Outcome {
     /// 403 or 401: RBAC or admission policy; a configuration alarm.
     Forbidden(String),
     /// 429, 5xx, timeouts and transport errors: back off with jitter.
-    /// `class` is the metric label it counts under (one of the transient ones).
     Transient {
-        class: PatchErrorClass,
+        class: TransientClass,
         message: String,
     },
+}
+
+/// The kinds of failure that are worth a retry after a backoff: the
+/// transient subset of [`PatchErrorClass`], so an `Outcome::Transient` cannot
+/// hold a refusal's or a conflict's label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransientClass {
+    /// No answer: timeout, connection, TLS.
+    Transport,
+    /// 403 while the pod's Node object is being registered again.
+    NodeNotFound,
+    /// 429.
+    Throttled,
+    /// 5xx.
+    ServerError,
+    /// Any other status code.
+    Unexpected,
+}
+
+impl From<TransientClass> for PatchErrorClass {
+    fn from(c: TransientClass) -> Self {
+        match c {
+            TransientClass::Transport => PatchErrorClass::transport,
+            TransientClass::NodeNotFound => PatchErrorClass::node_not_found,
+            TransientClass::Throttled => PatchErrorClass::throttled,
+            TransientClass::ServerError => PatchErrorClass::server_error,
+            TransientClass::Unexpected => PatchErrorClass::unexpected,
+        }
+    }
 }
 
 impl Outcome {
@@ -81,7 +109,7 @@ impl Outcome {
             Outcome::Conflict => Some(PatchErrorClass::conflict),
             Outcome::NotFound => Some(PatchErrorClass::not_found),
             Outcome::Forbidden(_) => Some(PatchErrorClass::forbidden),
-            Outcome::Transient { class, .. } => Some(*class),
+            Outcome::Transient { class, .. } => Some((*class).into()),
         }
     }
 }
@@ -94,7 +122,7 @@ pub fn classify(err: &kube::Error, attempted_m: Millis, quantum_m: Millis) -> Ou
             classify_status(status.code, &status.message, attempted_m, quantum_m)
         }
         other => Outcome::Transient {
-            class: PatchErrorClass::transport,
+            class: TransientClass::Transport,
             message: other.to_string(),
         },
     }
@@ -117,16 +145,16 @@ pub fn classify_status(
         // doubling per 403 up to 10 min, long after the Node is back.
         // Back off per pod instead (found by tests/tests/agent_faults.rs).
         403 if is_node_not_found(&message) => Outcome::Transient {
-            class: PatchErrorClass::node_not_found,
+            class: TransientClass::NodeNotFound,
             message,
         },
         401 | 403 if !is_refusal_403(&message) => Outcome::Forbidden(message),
         429 => Outcome::Transient {
-            class: PatchErrorClass::throttled,
+            class: TransientClass::Throttled,
             message,
         },
         500..=599 => Outcome::Transient {
-            class: PatchErrorClass::server_error,
+            class: TransientClass::ServerError,
             message,
         },
         400 | 403 | 422 => {
@@ -138,7 +166,7 @@ pub fn classify_status(
             }
         }
         _ => Outcome::Transient {
-            class: PatchErrorClass::unexpected,
+            class: TransientClass::Unexpected,
             message,
         },
     }
@@ -270,7 +298,7 @@ mod tests {
         assert!(matches!(
             classify_status(403, msg, 400, 10),
             Outcome::Transient {
-                class: PatchErrorClass::node_not_found,
+                class: TransientClass::NodeNotFound,
                 ..
             }
         ));
@@ -316,14 +344,14 @@ mod tests {
         assert!(matches!(
             classify_status(429, "slow down", 1, 10),
             Outcome::Transient {
-                class: PatchErrorClass::throttled,
+                class: TransientClass::Throttled,
                 ..
             }
         ));
         assert!(matches!(
             classify_status(503, "unavailable", 1, 10),
             Outcome::Transient {
-                class: PatchErrorClass::server_error,
+                class: TransientClass::ServerError,
                 ..
             }
         ));

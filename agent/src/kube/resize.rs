@@ -113,7 +113,7 @@ pub fn limit_change(view: &PodView, kind: &PatchKind) -> LimitChange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::PatchErrorClass;
+    use crate::kube::classify::TransientClass;
 
     #[test]
     fn limit_change_keeps_each_container_kind() {
@@ -164,7 +164,7 @@ mod tests {
         assert_eq!(pod_level_support(&Outcome::Forbidden("rbac".into())), None);
         assert_eq!(
             pod_level_support(&Outcome::Transient {
-                class: PatchErrorClass::server_error,
+                class: TransientClass::ServerError,
                 message: String::new()
             }),
             None

@@ -225,7 +225,7 @@ pub fn on_outcome(
             out.push(Effect::Resize(ResizeResult::error, dir));
             let retry_in = memory.transient(uid, now, jitter.next01());
             out.push(Effect::Log(Log::BackingOff {
-                class,
+                class: class.into(),
                 message,
                 retry_in,
             }));
@@ -419,7 +419,7 @@ mod tests {
         );
         let mut m = Memory::default();
         let slow = Outcome::Transient {
-            class: PatchErrorClass::throttled,
+            class: crate::kube::classify::TransientClass::Throttled,
             message: "slow".into(),
         };
         let fx = run(&mut m, slow);
