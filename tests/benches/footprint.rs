@@ -106,17 +106,6 @@ async fn generation_sum(api: &Api<Pod>) -> anyhow::Result<i64> {
         .sum())
 }
 
-fn limit_m(p: &Pod, container: &str) -> Option<u64> {
-    let c = p
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == container)?;
-    let q = c.resources.as_ref()?.limits.as_ref()?.get("cpu")?;
-    headroom::quantity::cpu_millis(&q.0).ok()
-}
-
 // ---------------------------------------------------------------- /proc
 
 #[derive(Clone, Copy, Debug)]
@@ -538,7 +527,12 @@ async fn latency(cp: &ControlPlane, bin: &Path, dir: &Path, tick: &str) -> anyho
             let name = p.metadata.name.clone().unwrap_or_default();
             let g = p.metadata.generation.unwrap_or(0);
             if tx
-                .send((Instant::now(), name, g, limit_m(&p, "app")))
+                .send((
+                    Instant::now(),
+                    name,
+                    g,
+                    testkit::scenario::pod::cpu_limit_m(&p, "app"),
+                ))
                 .is_err()
             {
                 break;

@@ -164,17 +164,8 @@ pub fn mix(node: &str, counts: &[(Kind, usize)]) -> Vec<Spec> {
 
 /// The first container's CPU limit in millicores, if it has one.
 pub fn container_limit_m(p: &Pod) -> Option<u64> {
-    let q = p
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .resources
-        .as_ref()?
-        .limits
-        .as_ref()?
-        .get("cpu")?;
-    headroom::quantity::cpu_millis(&q.0).ok()
+    let first = &p.spec.as_ref()?.containers.first()?.name;
+    crate::scenario::pod::cpu_limit_m(p, first)
 }
 
 /// Labels the namespace `headroom.dev/managed=true`.

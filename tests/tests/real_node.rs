@@ -851,7 +851,10 @@ async fn wait_raised_above_300m(api: &Api<Pod>, agent: &GuestAgent<'_>, name: &s
 }
 
 /// Scrapes `agent` every 2 s until `done` holds; after `bound`, panics with
-/// `failure` and the agent's log.
+/// `failure` and the agent's log. Its own loop rather than `wait_until`
+/// (which would ask every second): each scrape costs the emulated guest CPU
+/// the agent under test competes for, and the failure needs the log fetched
+/// asynchronously.
 async fn wait_scrape(
     agent: &GuestAgent<'_>,
     bound: Duration,

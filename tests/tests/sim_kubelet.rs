@@ -145,23 +145,17 @@ fn uid(p: &Pod) -> String {
     p.metadata.uid.clone().expect("uid")
 }
 
-/// Polls `f` every 50 ms until it returns Some, failing after [`WAIT`].
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+/// The kit's `wait_until` with this file's [`WAIT`]: `f`'s value once it is
+/// Some; a readable panic after [`WAIT`].
+async fn eventually<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    testkit::scenario::wait_until(what, WAIT, f)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .0
 }
 
 fn read(path: &Path) -> String {
