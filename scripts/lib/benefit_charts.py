@@ -21,15 +21,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-CONFIGS = ["a-static", "b-nolimit", "c-headroom", "d-burst", "e-dryrun", "f-declared"]
-LABELS = {
-    "a-static": "(a) static 300m",
-    "b-nolimit": "(b) no limit",
-    "c-headroom": "(c) Headroom",
-    "d-burst": "(d) cpu.max.burst",
-    "e-dryrun": "(e) Headroom --dry-run",
-    "f-declared": "(f) Headroom --floor declared",
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benefit_table import LABELS, label  # noqa: E402
+
+CONFIGS = list(LABELS)
+
+
+def configs_of(rs):
+    """The built-in configurations in their order, then tuning candidates."""
+    seen = {r["config"].strip('"') for r in rs}
+    return [c for c in CONFIGS if c in seen] + sorted(seen - set(CONFIGS))
 
 
 def rows(d):
@@ -60,7 +61,7 @@ def spread(vals):
 
 def latency_chart(d, rs):
     keys = [("svc_p50_ms", "p50"), ("svc_p99_ms", "p99"), ("svc_p999_ms", "p99.9")]
-    cfgs = [c for c in CONFIGS if any(r["config"].strip('"') == c for r in rs)]
+    cfgs = configs_of(rs)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     w = 0.26
     for i, (k, name) in enumerate(keys):
@@ -71,7 +72,7 @@ def latency_chart(d, rs):
         for x, m in zip(xs, med):
             ax.annotate(f"{m:.0f}", (x, m), ha="center", va="bottom", fontsize=7,
                         xytext=(0, 2), textcoords="offset points")
-    ax.set_xticks(range(len(cfgs)), [LABELS[c] for c in cfgs], fontsize=8)
+    ax.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("service latency, ms (log)")
     ax.set_title("Service latency under the bursty schedule (median of runs; bars: min–max)")
@@ -82,14 +83,14 @@ def latency_chart(d, rs):
 
 
 def throttling_chart(d, rs):
-    cfgs = [c for c in CONFIGS if any(r["config"].strip('"') == c for r in rs)]
+    cfgs = configs_of(rs)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
     thr = by_config(rs, "throttled_ratio")
     med = [100 * statistics.median(thr.get(c, [float("nan")])) for c in cfgs]
     a1.bar(range(len(cfgs)), med, color="tab:red")
     for x, m in enumerate(med):
         a1.annotate(f"{m:.1f} %", (x, m), ha="center", va="bottom", fontsize=8)
-    a1.set_xticks(range(len(cfgs)), [LABELS[c] for c in cfgs], rotation=20, fontsize=8)
+    a1.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, fontsize=8)
     a1.set_ylabel("throttled periods, % (container cpu.stat)")
     a1.set_title("Service throttled ratio")
     w = 0.38
@@ -98,7 +99,7 @@ def throttling_chart(d, rs):
         vals = by_config(rs, k)
         m = [statistics.median(vals.get(c, [float("nan")])) for c in cfgs]
         a2.bar([j + (i - 0.5) * w for j in range(len(cfgs))], m, w, label=name)
-    a2.set_xticks(range(len(cfgs)), [LABELS[c] for c in cfgs], rotation=20, fontsize=8)
+    a2.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, fontsize=8)
     a2.set_ylabel("p99 while the neighbour needs CPU, ms")
     a2.set_title("Neighbours' p99 (baseline: (a))")
     a2.legend(fontsize=8)
@@ -136,7 +137,7 @@ def timeline_chart(d, meta):
                 label="unmanaged neighbour usage")
         ax.set_ylabel("millicores")
         ax.set_ylim(0, cpus * 1000 * 1.05)
-        ax.set_title(LABELS[c] + " (repetition 1)", fontsize=9)
+        ax.set_title(label(c) + " (repetition 1)", fontsize=9)
         ax2 = ax.twinx()
         ax2.plot(x, [num(r["throttled_pct"]) for r in t], color="tab:red", lw=0.8, alpha=0.8,
                  label="throttled periods %")

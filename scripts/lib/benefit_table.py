@@ -15,17 +15,41 @@ import statistics
 import sys
 from pathlib import Path
 
+# Short labels (the charts' too); the table adds LONG where it has room.
 LABELS = {
     "a-static": "(a) static 300m",
     "b-nolimit": "(b) no limit",
-    "c-headroom": "(c) Headroom, default (`floor = request`)",
+    "c-headroom": "(c) Headroom",
     "d-burst": "(d) cpu.max.burst",
     "e-dryrun": "(e) Headroom --dry-run",
     "f-declared": "(f) Headroom --floor declared",
 }
+LONG = {"c-headroom": ", default (`floor = request`)"}
 
-# Configurations in which the agent runs.
+# Configurations in which the agent runs (tuning candidates too).
 AGENT = {"c-headroom", "e-dryrun", "f-declared"}
+
+
+def tuned(meta):
+    """name -> flags of the tuning candidates (BENEFIT_TUNED) of a run."""
+    return meta.get("tuned", {}) if meta else {}
+
+
+def label(c, meta=None, long=False):
+    # A label the run's meta.json gives (e.g. added when a default changed
+    # after the run, so "default" would no longer be true) wins.
+    given = (meta or {}).get("labels", {}).get(c)
+    if given:
+        return given
+    if c in LABELS:
+        return LABELS[c] + (LONG.get(c, "") if long else "")
+    flags = tuned(meta).get(c)
+    return f"{c}: `{flags}`" if long and flags else c
+
+
+def load_meta(d):
+    p = Path(d) / "meta.json"
+    return json.load(open(p)) if p.exists() else {}
 
 # (header, runs.csv column, formatter)
 COLUMNS = [
@@ -81,6 +105,8 @@ def signed(x):
 def main(d):
     rows = list(csv.DictReader(open(d / "runs.csv")))
     summary = json.load(open(d / "summary.json"))
+    meta = load_meta(d)
+    agent = AGENT | set(tuned(meta))
     configs = [c for c in LABELS if any(r["config"] == c for r in rows)]
     configs += sorted({r["config"] for r in rows} - set(configs))
     out = ["| config | " + " | ".join(h for h, _, _ in COLUMNS) + " |"]
@@ -91,11 +117,11 @@ def main(d):
             cell([number(r[col]) for r in runs], kind)
             # Reaction times are the agent's: without one, a limit above 300m
             # (b) is the setup's, not a raise.
-            if c in AGENT or col not in ("raise1_s", "lower_s")
+            if c in agent or col not in ("raise1_s", "lower_s")
             else "–"
             for _, col, kind in COLUMNS
         ]
-        out.append(f"| {LABELS.get(c, c)} | " + " | ".join(cells) + " |")
+        out.append(f"| {label(c, meta, long=True)} | " + " | ".join(cells) + " |")
     reps = max(int(r["rep"]) for r in rows) + 1
     out.append("")
     out.append(f"Each cell: the range over {reps} repetition(s). Against (a), medians:")
@@ -107,7 +133,7 @@ def main(d):
         s = summary[c]
         p99 = number(s.get("svc_p99_ms"))
         out.append(
-            f"- {LABELS.get(c, c)}: throttled ratio {signed(s.get('throttled_ratio_vs_static_pct'))}, "
+            f"- {label(c, meta, long=True)}: throttled ratio {signed(s.get('throttled_ratio_vs_static_pct'))}, "
             f"p99 {signed(s.get('svc_p99_vs_static_pct'))} "
             f"({'n/a' if p99 is None else f'{p99:,.0f} ms'}), "
             f"Guaranteed p99 {signed(s.get('guaranteed_vs_baseline_pct'))}, "

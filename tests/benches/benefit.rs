@@ -12,13 +12,17 @@
 //!   the container's and the pod's cgroup, as koordlet does;
 //! - `e-dryrun`: the agent with `--dry-run` (its own overhead, no patch);
 //! - `f-declared`: the agent with `--floor declared` (never lowers the
-//!   service below its declared 300m).
+//!   service below its declared 300m);
+//! - tuning candidates named in `BENEFIT_TUNED`: the agent with the flags
+//!   given, e.g. `BENEFIT_TUNED='g-cool15=--raise-cooldown 15s;h-psi5=--pressure-start 5'`
+//!   (they join the configurations run; name them in `BENEFIT_CONFIGS` to
+//!   run only some).
 //!
 //! Run by `scripts/benefit` (which builds the static service and load
 //! generator and draws the charts). Environment:
 //! `BENEFIT_BIN_DIR` (benefit-load), `BENEFIT_IMAGE` (service image archive),
 //! `BENEFIT_OUT` (default docs/benefit), `BENEFIT_REPS` (2), `BENEFIT_SEED`,
-//! `BENEFIT_CONFIGS` (comma list of the names above), `BENEFIT_SCHEDULE`,
+//! `BENEFIT_CONFIGS` (comma list of the names above), `BENEFIT_TUNED`, `BENEFIT_SCHEDULE`,
 //! `BENEFIT_BATCH_SCHEDULE`, `BENEFIT_GUARANTEED_SCHEDULE` (see
 //! `benefit::schedule`), `BENEFIT_BURN_US` (25000), `BENEFIT_BURST_US`.
 
@@ -51,6 +55,43 @@ enum Config {
     Burst,
     DryRun,
     Declared,
+    /// A tuning candidate from `BENEFIT_TUNED` (leaked: it lives as long as
+    /// the bench, and keeps `Config` `Copy`).
+    Tuned(&'static Tuned),
+}
+
+/// The agent with other flags than its defaults.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Tuned {
+    name: String,
+    args: Vec<String>,
+}
+
+/// `name=--flag value --flag value;name=...`. Names are new (not one of
+/// [`Config::ALL`]) and distinct; each candidate gives at least one flag.
+fn parse_tuned(spec: &str) -> anyhow::Result<Vec<Tuned>> {
+    let mut out: Vec<Tuned> = Vec::new();
+    for entry in spec.split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        let (name, args) = entry
+            .split_once('=')
+            .with_context(|| format!("BENEFIT_TUNED: {entry:?} is not name=flags"))?;
+        let name = name.trim();
+        anyhow::ensure!(
+            !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'),
+            "BENEFIT_TUNED: name {name:?}: letters, digits and '-' only"
+        );
+        anyhow::ensure!(
+            Config::ALL.iter().all(|c| c.name() != name) && out.iter().all(|t| t.name != name),
+            "BENEFIT_TUNED: name {name:?} is taken"
+        );
+        let args: Vec<String> = args.split_whitespace().map(String::from).collect();
+        anyhow::ensure!(!args.is_empty(), "BENEFIT_TUNED: {name} gives no flag");
+        out.push(Tuned {
+            name: name.to_string(),
+            args,
+        });
+    }
+    Ok(out)
 }
 
 impl Config {
@@ -70,6 +111,7 @@ impl Config {
             Config::Burst => "d-burst",
             Config::DryRun => "e-dryrun",
             Config::Declared => "f-declared",
+            Config::Tuned(t) => &t.name,
         }
     }
     fn agent_args(self) -> Option<Vec<String>> {
@@ -77,7 +119,8 @@ impl Config {
             Config::Headroom => Some(vec![]),
             Config::DryRun => Some(vec!["--dry-run".into()]),
             Config::Declared => Some(vec!["--floor".into(), "declared".into()]),
-            _ => None,
+            Config::Tuned(t) => Some(t.args.clone()),
+            Config::Static | Config::NoLimit | Config::Burst => None,
         }
     }
 }
@@ -105,13 +148,19 @@ impl Settings {
         let sched = |k: &str, d: &str| {
             schedule::parse(&env_or(k, d)).map_err(|e| anyhow::anyhow!("{k}: {e}"))
         };
+        let tuned: Vec<Config> = parse_tuned(&env_or("BENEFIT_TUNED", ""))?
+            .into_iter()
+            .map(|t| Config::Tuned(Box::leak(Box::new(t))))
+            .collect();
+        let known: Vec<Config> = Config::ALL.into_iter().chain(tuned).collect();
         let configs = match std::env::var("BENEFIT_CONFIGS") {
-            Err(_) => Config::ALL.to_vec(),
+            Err(_) => known,
             Ok(list) => list
                 .split(',')
                 .map(|n| {
-                    Config::ALL
-                        .into_iter()
+                    known
+                        .iter()
+                        .copied()
                         .find(|c| c.name() == n.trim())
                         .with_context(|| format!("BENEFIT_CONFIGS: unknown {n:?}"))
                 })
@@ -856,6 +905,11 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
             "reps": s.reps,
             "order": plan.iter().map(|(r, c)| format!("{}-r{r}", c.name())).collect::<Vec<_>>(),
             "schedule": {"svc": phase_list(&s.svc), "batch": phase_list(&s.batch), "guaranteed": phase_list(&s.guaranteed)},
+            // The flags of each tuning candidate, for the table's labels.
+            "tuned": s.configs.iter().filter_map(|c| match c {
+                Config::Tuned(t) => Some((t.name.clone(), json!(t.args.join(" ")))),
+                _ => None,
+            }).collect::<serde_json::Map<_, _>>(),
             "burn_us": s.burn_us,
             "burst_us": s.burst_us,
             "request_m": REQUEST_M,
