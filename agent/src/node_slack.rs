@@ -101,8 +101,8 @@ impl Stall {
     }
 }
 
-/// Contention smoothed over [`ContentionAverage::WINDOW_S`], like the
-/// kernel's avg10 but of intervals with throttling already taken out, so a
+/// Contention smoothed over a window (`contention_window_s`, default 5 s),
+/// like the kernel's avg10 but of intervals with throttling already taken out, so a
 /// raise that ends a pod's throttling leaves nothing behind. Smoothing keeps
 /// one busy second (an image unpack, a kubelet housekeeping burst) from
 /// lowering every managed pod at once.
@@ -112,13 +112,12 @@ pub struct ContentionAverage {
 }
 
 impl ContentionAverage {
-    pub const WINDOW_S: f64 = 5.0;
-
-    /// Folds in one interval; no PSI (`None`) decays toward 0, as absent
-    /// pressure damps nothing.
-    pub fn update(&mut self, stall: Option<&Stall>, dt_us: u64) -> f64 {
+    /// Folds in one interval, an exponential average with time constant
+    /// `window_s` (validated > 0 by the policy config); no PSI (`None`)
+    /// decays toward 0, as absent pressure damps nothing.
+    pub fn update(&mut self, stall: Option<&Stall>, dt_us: u64, window_s: f64) -> f64 {
         let sample = stall.map_or(0.0, |s| s.contention_pct);
-        let e = (-(dt_us as f64 / 1e6) / Self::WINDOW_S).exp();
+        let e = (-(dt_us as f64 / 1e6) / window_s).exp();
         self.value = self.value * e + sample * (1.0 - e);
         if !self.value.is_finite() {
             self.value = 0.0;
@@ -698,17 +697,41 @@ mod tests {
     fn contention_average_follows_with_a_few_seconds_lag_and_decays() {
         let hot = Stall::from_deltas(500_000, 0, 1_000_000);
         let mut a = ContentionAverage::default();
-        let first = a.update(hot.as_ref(), 1_000_000);
+        let first = a.update(hot.as_ref(), 1_000_000, 5.0);
         assert!(first > 8.0 && first < 10.0, "{first}");
         for _ in 0..20 {
-            a.update(hot.as_ref(), 1_000_000);
+            a.update(hot.as_ref(), 1_000_000, 5.0);
         }
         assert!(a.value() > 49.0);
         // Own throttling only: contention 0, the average falls back.
         let own = Stall::from_deltas(500_000, 500_000, 1_000_000);
         for _ in 0..20 {
-            a.update(own.as_ref(), 1_000_000);
+            a.update(own.as_ref(), 1_000_000, 5.0);
         }
         assert!(a.value() < 1.0, "{}", a.value());
+    }
+
+    #[test]
+    fn contention_average_window_sets_how_fast_it_follows() {
+        // 60 % contention from now on: after 2 s the 2 s window has reached
+        // 1 − e⁻¹ of it, the 5 s window 1 − e^(−0.4).
+        let hot = Stall::from_deltas(600_000, 0, 1_000_000);
+        let (mut short, mut long) = (ContentionAverage::default(), ContentionAverage::default());
+        for _ in 0..2 {
+            short.update(hot.as_ref(), 1_000_000, 2.0);
+            long.update(hot.as_ref(), 1_000_000, 5.0);
+        }
+        let expect = |w: f64| 60.0 * (1.0 - (-2.0 / w).exp());
+        assert!(
+            (short.value() - expect(2.0)).abs() < 1e-9,
+            "{}",
+            short.value()
+        );
+        assert!(
+            (long.value() - expect(5.0)).abs() < 1e-9,
+            "{}",
+            long.value()
+        );
+        assert!(short.value() > 37.0 && long.value() < 20.0);
     }
 }

@@ -59,7 +59,8 @@ pub struct Args {
     /// Default ceiling as a multiple of the request, 1 to 64 [default: 4].
     #[arg(long)]
     pub ceiling_factor: Option<f64>,
-    /// Wait after a patch before a pod may be raised again, up to 24h [default: 60s].
+    /// Wait after a patch before a pod may be raised again (doubled for a pod
+    /// whose raises keep being undone, up to 8×), up to 24h [default: 15s].
     #[arg(long, value_parser = parse_duration)]
     pub raise_cooldown: Option<Duration>,
     /// Node-wide patches per second, 0.01 to 100 [default: 5].
@@ -72,6 +73,9 @@ pub struct Args {
     /// to 100 [default: 40].
     #[arg(long)]
     pub pressure_full: Option<f64>,
+    /// Time constant of the contention average, 0.5s to 60s [default: 5s].
+    #[arg(long, value_parser = parse_duration)]
+    pub contention_window: Option<Duration>,
     /// Lowest limit set as the node fills: `request`, or `declared` (never below
     /// the limit the workload declares) [default: request].
     #[arg(long, value_parser = parse_floor)]
@@ -121,6 +125,9 @@ pub fn policy_config(a: &Args) -> anyhow::Result<PolicyConfig> {
     }
     if let Some(v) = a.pressure_full {
         cfg.pressure_full_pct = v;
+    }
+    if let Some(v) = a.contention_window {
+        cfg.contention_window_s = v.as_secs_f64();
     }
     if let Some(v) = a.floor {
         cfg.floor = v;

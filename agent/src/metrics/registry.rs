@@ -140,7 +140,7 @@ impl Metrics {
         );
         nr.register(
             "node_cpu_contention_ratio",
-            "kubepods CPU stall minus own throttling, smoothed over ~5 s: the contention that damps the slack, as a ratio",
+            "kubepods CPU stall minus own throttling, smoothed over --contention-window: the contention that damps the slack, as a ratio",
             m.node_contention.clone(),
         );
         r.register(

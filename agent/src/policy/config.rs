@@ -29,16 +29,25 @@ pub struct PolicyConfig {
     pub lower_dead_band_pct: f64,
     /// Millicore part of the lowering dead band. Range 0–10000, default `50`.
     pub lower_dead_band_m: u64,
-    /// Seconds after any patch of a pod before it may be raised again.
-    /// Lowerings have no cooldown. Range 0–86400, default `60`.
+    /// Seconds after any patch of a pod before it may be raised again;
+    /// doubled from a pod's second raise in a row that a lowering undid
+    /// quickly, up to 8 × (`policy::hysteresis::raise_cooldown_s`).
+    /// Lowerings have no cooldown. Range 0–86400, default `15` (README
+    /// "Does it help?", tuning: 60 kept a service at its floor for the rest
+    /// of a burst after its neighbour's demand ended).
     pub raise_cooldown_s: f64,
     /// kubepods CPU contention (PSI `some` stall minus the pods' own CFS
-    /// throttling, percent of wall time, smoothed over ~5 s) where damping
-    /// of the slack starts. Range 0–99, default `10.0`.
+    /// throttling, percent of wall time, smoothed over
+    /// `contention_window_s`) where damping of the slack starts. Range
+    /// 0–99, default `10.0`.
     pub pressure_start_pct: f64,
     /// Contention at which the slack is damped to zero (limits fall to their
     /// floors). Range pressure_start_pct + 1 to 100, default `40.0`.
     pub pressure_full_pct: f64,
+    /// Time constant (seconds) of the contention average: shorter reacts
+    /// sooner to a neighbour's demand, longer ignores a busy second (an image
+    /// unpack, a kubelet housekeeping burst). Range 0.5–60, default `5`.
+    pub contention_window_s: f64,
     /// Node-wide patch rate (token bucket refill, patches per second).
     /// Range 0.01–100, default `5.0`.
     pub patch_rate_per_s: f64,
@@ -75,9 +84,10 @@ impl Default for PolicyConfig {
             raise_dead_band_m: 50,
             lower_dead_band_pct: 10.0,
             lower_dead_band_m: 50,
-            raise_cooldown_s: 60.0,
+            raise_cooldown_s: 15.0,
             pressure_start_pct: 10.0,
             pressure_full_pct: 40.0,
+            contention_window_s: 5.0,
             patch_rate_per_s: 5.0,
             patch_burst: 10,
             floor: FloorMode::Request,
@@ -117,6 +127,7 @@ pub mod range {
     pub const DEAD_BAND_M: (u64, u64) = (0, 10_000);
     pub const RAISE_COOLDOWN_S: (f64, f64) = (0.0, 86_400.0);
     pub const PRESSURE_PCT: (f64, f64) = (0.0, 100.0);
+    pub const CONTENTION_WINDOW_S: (f64, f64) = (0.5, 60.0);
     pub const PATCH_RATE_PER_S: (f64, f64) = (0.01, 100.0);
     pub const PATCH_BURST: (u32, u32) = (1, 1000);
 }
@@ -215,6 +226,12 @@ impl PolicyConfig {
             });
         }
         within(
+            self.contention_window_s,
+            CONTENTION_WINDOW_S,
+            "contention_window_s",
+            "between 0.5 and 60 (seconds)",
+        )?;
+        within(
             self.patch_rate_per_s,
             PATCH_RATE_PER_S,
             "patch_rate_per_s",
@@ -275,13 +292,15 @@ mod tests {
     fn out_of_range_values_are_rejected_with_the_range() {
         // One row a line, so the table reads as one.
         #[rustfmt::skip]
-        let cases: [(Change, &str, &str); 8] = [
+        let cases: [(Change, &str, &str); 10] = [
             (|c| c.ceiling_factor = 1e308, "ceiling_factor", "between 1 and 64"),
             (|c| c.quantum_m = 1000, "quantum_m", "between 1 and 100"),
             (|c| c.reserve_m = u64::MAX, "reserve_m", "between 0 and 64000"),
             (|c| c.raise_dead_band_pct = 1e9, "raise_dead_band_pct", "between 0 and 100"),
             (|c| c.lower_dead_band_m = 1 << 40, "lower_dead_band_m", "between 0 and 10000"),
             (|c| c.raise_cooldown_s = f64::INFINITY, "raise_cooldown_s", "between 0 and 86400"),
+            (|c| c.contention_window_s = 0.0, "contention_window_s", "between 0.5 and 60"),
+            (|c| c.contention_window_s = f64::NAN, "contention_window_s", "between 0.5 and 60"),
             (|c| c.patch_rate_per_s = 1e-300, "patch_rate_per_s", "between 0.01 and 100"),
             (|c| c.patch_burst = u32::MAX, "patch_burst", "between 1 and 1000"),
         ];
@@ -307,6 +326,7 @@ mod tests {
             raise_cooldown_s: 86_400.0,
             pressure_start_pct: 99.0,
             pressure_full_pct: 100.0,
+            contention_window_s: 60.0,
             patch_rate_per_s: 0.01,
             patch_burst: 1000,
             floor: FloorMode::Declared,

@@ -1,5 +1,6 @@
-//! From targets to patches: raises wait for a dead band and a cooldown,
-//! lowerings go out at once, and a node-wide token bucket caps the rate.
+//! From targets to patches: raises wait for a dead band and a cooldown
+//! (longer for a pod whose raises keep being undone), lowerings go out at
+//! once, and a node-wide token bucket caps the rate.
 
 use std::collections::HashMap;
 
@@ -18,15 +19,58 @@ pub struct PodMemory {
     pub last_patch_at_s: f64,
     /// The total that patch set (informational: explain, drift).
     pub last_target_m: Millis,
+    /// Which way that patch went.
+    pub last_direction: Direction,
+    /// Raises in a row that a lowering undid within twice the cooldown
+    /// before them: the raise cooldown grows with it ([`raise_cooldown_s`]).
+    pub flaps: u32,
+}
+
+/// The longest raise cooldown, as a multiple of `raise_cooldown_s`.
+pub const FLAP_BACKOFF_MAX: f64 = 8.0;
+
+/// The wait before a raise after `flaps` raises in a row were undone
+/// quickly: the configured cooldown, doubled from the second flap on (one
+/// quick undo is a neighbour arriving, several a loop of raise, contention,
+/// lowering), at most [`FLAP_BACKOFF_MAX`] times it. So a short cooldown
+/// recovers fast after a neighbour's demand ends, and a pod that keeps
+/// flapping is patched at most twice per `8 × raise_cooldown_s`.
+pub fn raise_cooldown_s(cfg: &PolicyConfig, flaps: u32) -> f64 {
+    let doublings = flaps.saturating_sub(1).min(16);
+    cfg.raise_cooldown_s * f64::from(1u32 << doublings).min(FLAP_BACKOFF_MAX)
 }
 
 impl PodMemory {
-    /// Memory after `plan` was accepted by the apiserver at `now_s`.
-    pub fn after(plan: &PatchPlan, now_s: f64) -> Self {
+    /// Memory after `plan` was accepted by the apiserver at `now_s`; `prev`
+    /// is the memory of the pod's patch before it, if any.
+    pub fn after(
+        plan: &PatchPlan,
+        now_s: f64,
+        prev: Option<&PodMemory>,
+        cfg: &PolicyConfig,
+    ) -> Self {
+        let undo = prev
+            .filter(|p| p.last_direction == Direction::Raise && plan.direction == Direction::Lower);
+        let flaps = match (prev, undo) {
+            // Undone within twice the wait that preceded the raise: a flap.
+            (_, Some(p)) if now_s - p.last_patch_at_s < 2.0 * raise_cooldown_s(cfg, p.flaps) => {
+                p.flaps.saturating_add(1)
+            }
+            // A raise that held that long resets the count.
+            (_, Some(_)) | (None, None) => 0,
+            (Some(p), None) => p.flaps,
+        };
         Self {
             last_patch_at_s: now_s,
             last_target_m: plan.new_total_m,
+            last_direction: plan.direction,
+            flaps,
         }
+    }
+
+    /// How long after this patch the pod may be raised again.
+    pub fn raise_cooldown_s(&self, cfg: &PolicyConfig) -> f64 {
+        raise_cooldown_s(cfg, self.flaps)
     }
 }
 
@@ -41,7 +85,7 @@ pub enum PatchKind {
     PodLimit(Millis),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     Raise,
@@ -156,7 +200,7 @@ fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
 ///
 /// Raise (target above current): only if the step is at least the dead band
 /// (`max(pct of current, m)`) or reaches the ceiling, and the pod's last
-/// patch is at least `raise_cooldown_s` old; a limit below the floor is
+/// patch is at least its cooldown old ([`PodMemory::raise_cooldown_s`]); a limit below the floor is
 /// raised at once. Lower: at once when the limit is above the ceiling, the
 /// target is the floor, the step is at least the lowering dead band, or the
 /// node is under pressure and the step is at least half of it. Every patch takes a token from `bucket`; the
@@ -197,7 +241,7 @@ pub fn plan(
         if target > cur {
             let cooling = memory
                 .get(&d.uid)
-                .is_some_and(|m| now_s - m.last_patch_at_s < cfg.raise_cooldown_s);
+                .is_some_and(|m| now_s - m.last_patch_at_s < m.raise_cooldown_s(cfg));
             let step = target - cur;
             if cur < floor {
                 wanted.push((2, step, d, Direction::Raise, Cause::BelowFloor));
@@ -327,13 +371,18 @@ mod tests {
 
     #[test]
     fn raise_waits_for_cooldown_but_lowering_does_not() {
-        let cfg = PolicyConfig::default();
+        let cfg = PolicyConfig {
+            raise_cooldown_s: 60.0,
+            ..PolicyConfig::default()
+        };
         let p = simple("a", 100, Some(200));
         let mem = HashMap::from([(
             p.uid.clone(),
             PodMemory {
                 last_patch_at_s: 100.0,
                 last_target_m: 200,
+                last_direction: Direction::Raise,
+                flaps: 0,
             },
         )]);
         let (n, ds) = decided(&p, 4000, 0, 0.0);
@@ -349,6 +398,104 @@ mod tests {
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Lower);
         assert_eq!(out.patches[0].new_total_m, 100);
+    }
+
+    /// An accepted patch of pod "a" in `dir`, as the caller records it.
+    fn patched(
+        prev: Option<&PodMemory>,
+        dir: Direction,
+        now_s: f64,
+        cfg: &PolicyConfig,
+    ) -> PodMemory {
+        let plan = PatchPlan {
+            namespace: "ns".into(),
+            name: "a".into(),
+            uid: "a".into(),
+            kind: PatchKind::PodLimit(300),
+            old_total_m: Some(200),
+            new_total_m: 300,
+            direction: dir,
+            why: String::new(),
+        };
+        PodMemory::after(&plan, now_s, prev, cfg)
+    }
+
+    #[test]
+    fn flapping_raises_back_off_from_the_second_quick_undo_up_to_eight_times_the_cooldown() {
+        let cfg = PolicyConfig {
+            raise_cooldown_s: 15.0,
+            ..PolicyConfig::default()
+        };
+        let mut m = patched(None, Direction::Raise, 0.0, &cfg);
+        assert_eq!(m.raise_cooldown_s(&cfg), 15.0);
+        // Each raise goes out as soon as its cooldown allows and is undone 5 s
+        // later: the first undo costs nothing extra, then the wait doubles.
+        let mut t = 0.0;
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            t += 5.0;
+            m = patched(Some(&m), Direction::Lower, t, &cfg);
+            waits.push(m.raise_cooldown_s(&cfg));
+            t += m.raise_cooldown_s(&cfg);
+            m = patched(Some(&m), Direction::Raise, t, &cfg);
+        }
+        assert_eq!(waits, [15.0, 30.0, 60.0, 120.0, 120.0, 120.0]);
+        // A raise that holds for twice its cooldown resets the count.
+        m = patched(Some(&m), Direction::Lower, t + 241.0, &cfg);
+        assert_eq!((m.flaps, m.raise_cooldown_s(&cfg)), (0, 15.0));
+        // Lowering after lowering, raise after raise: not a flap.
+        let l = patched(Some(&m), Direction::Lower, t + 242.0, &cfg);
+        assert_eq!(l.flaps, 0);
+    }
+
+    #[test]
+    fn flapping_raises_back_off_in_the_plan_too() {
+        let cfg = PolicyConfig {
+            raise_cooldown_s: 15.0,
+            ..PolicyConfig::default()
+        };
+        let p = simple("a", 100, Some(200));
+        let mut m = patched(None, Direction::Raise, 0.0, &cfg);
+        m = patched(Some(&m), Direction::Lower, 5.0, &cfg);
+        m = patched(Some(&m), Direction::Raise, 20.0, &cfg);
+        m = patched(Some(&m), Direction::Lower, 25.0, &cfg);
+        assert_eq!(m.flaps, 2);
+        let mem = HashMap::from([(p.uid.clone(), m)]);
+        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        // 30 s after the second quick undo, not 15.
+        let out = plan(&n, &ds, &mem, 25.0 + 29.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.held[0].reason, HoldReason::Cooldown);
+        let out = plan(&n, &ds, &mem, 25.0 + 30.0, &mut big_bucket(), &cfg);
+        assert_eq!(out.patches.len(), 1);
+        assert_eq!(out.patches[0].direction, Direction::Raise);
+    }
+
+    #[test]
+    fn a_flapping_pod_is_patched_at_most_twice_per_eight_cooldowns() {
+        // The worst loop: every raise the moment it is allowed, every raise
+        // undone 1 s later, for an hour.
+        let cfg = PolicyConfig {
+            raise_cooldown_s: 15.0,
+            ..PolicyConfig::default()
+        };
+        let mut m = patched(None, Direction::Raise, 0.0, &cfg);
+        let (mut t, mut patches) = (0.0, 1u32);
+        while t < 3600.0 {
+            t += 1.0;
+            m = patched(Some(&m), Direction::Lower, t, &cfg);
+            t += m.raise_cooldown_s(&cfg);
+            m = patched(Some(&m), Direction::Raise, t, &cfg);
+            patches += 2;
+        }
+        // 3600 / 121 s per cycle once backed off, plus the first few cycles.
+        assert!(
+            patches <= 2 * (3600 / 121) + 2 * 5,
+            "{patches} patches in an hour"
+        );
+        assert!(
+            patches >= 2 * (3600 / 121),
+            "{patches}: backed off beyond 8 cooldowns"
+        );
     }
 
     #[test]

@@ -503,6 +503,7 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
                     raise_cooldown_s: cool,
                     pressure_start_pct: ps,
                     pressure_full_pct: (ps + span).min(100.0).max(ps + 1.0),
+                    contention_window_s: 5.0,
                     patch_rate_per_s: rate,
                     patch_burst: burst,
                     floor: if declared {

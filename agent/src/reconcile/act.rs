@@ -70,7 +70,15 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 }
             }
         }
-        let effects = on_outcome(&mut self.memory, view, p, answer, now, &mut self.jitter);
+        let effects = on_outcome(
+            &mut self.memory,
+            view,
+            p,
+            answer,
+            now,
+            &mut self.jitter,
+            &self.settings.policy,
+        );
         self.apply(view, effects, now).await;
     }
 

@@ -168,10 +168,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             self.scan.prev = Some(snap);
             return None;
         }
-        let contention_pct = self
-            .scan
-            .contention
-            .update(slack.stall.as_ref(), slack.interval_us);
+        let contention_pct = self.scan.contention.update(
+            slack.stall.as_ref(),
+            slack.interval_us,
+            self.settings.policy.contention_window_s,
+        );
         Some(Observation {
             views,
             cur: snap,

@@ -12,7 +12,7 @@ use crate::kube::events::{
 use crate::kube::resize::ResizeAnswer;
 use crate::metrics::{PatchErrorClass, ResizeResult};
 use crate::model::{Millis, PodView};
-use crate::policy::{Direction, PatchPlan, PodMemory};
+use crate::policy::{Direction, PatchPlan, PodMemory, PolicyConfig};
 use crate::verify::{DriftEvent, Mismatch, ResizeOutcome, Target};
 
 use super::memory::{Jitter, Memory};
@@ -138,6 +138,7 @@ pub fn on_outcome(
     answer: ResizeAnswer,
     now: Duration,
     jitter: &mut Jitter,
+    policy: &PolicyConfig,
 ) -> Vec<Effect> {
     let dir = plan.direction;
     let uid = plan.uid.as_str();
@@ -153,9 +154,13 @@ pub fn on_outcome(
         Outcome::Applied => {
             let generation = answer.generation.unwrap_or(view.generation + 1);
             memory.succeeded(uid);
-            memory
-                .patches
-                .insert(plan.uid.clone(), PodMemory::after(plan, now.as_secs_f64()));
+            let after = PodMemory::after(
+                plan,
+                now.as_secs_f64(),
+                memory.patches.get(&plan.uid),
+                policy,
+            );
+            memory.patches.insert(plan.uid.clone(), after);
             let note = format!("CPU limit {old} → {new}: {}", plan.why);
             out.extend([
                 Effect::Track {
@@ -362,6 +367,7 @@ mod tests {
             answer(outcome),
             s,
             &mut Jitter::new(1),
+            &PolicyConfig::default(),
         )
     }
 

@@ -208,7 +208,12 @@ impl Harness {
             cgroup_root: root.clone(),
             tick: Duration::from_secs(1),
             dry_run: false,
-            policy: PolicyConfig::default(),
+            // A cooldown longer than any test here runs, so each pod is
+            // raised once (a stale cache would otherwise be raised again).
+            policy: PolicyConfig {
+                raise_cooldown_s: 60.0,
+                ..PolicyConfig::default()
+            },
             node_allocatable_m: Some(4000),
             audit_interval: Duration::from_secs(30),
             drift_grace: Duration::from_secs(30),
