@@ -854,3 +854,28 @@ async fn psi_of_a_pod_throttled_at_its_own_limit_matches_the_real_kernel() {
         }
     }
 }
+
+/// The simulated node renews its Lease like a kubelet, so the node lifecycle
+/// controller never marks it unreachable and evicts its pods (which it did to
+/// a real-node parity test's simulated pods after ~6 minutes).
+#[tokio::test]
+async fn node_lease_is_held_by_the_node_and_renewed() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let env = Env::start("sim-lease", |_| {}).await;
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "kube-node-lease");
+    let renewed = |l: &Lease| l.spec.as_ref().and_then(|s| s.renew_time.clone());
+    let first = eventually("the node's lease", || async {
+        let l = leases.get_opt(&env.node).await.ok()??;
+        assert_eq!(
+            l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()),
+            Some(env.node.as_str())
+        );
+        renewed(&l)
+    })
+    .await;
+    eventually("the lease renewed", || async {
+        let now = renewed(&leases.get(&env.node).await.ok()?)?;
+        (now.0 > first.0).then_some(())
+    })
+    .await;
+}

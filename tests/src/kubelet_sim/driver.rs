@@ -77,9 +77,16 @@ pub(crate) async fn run(shared: Arc<Shared>, client: Client, mut stop: watch::Re
     futures::pin_mut!(stream);
     let mut tick = tokio::time::interval(cfg.tick);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut lease = tokio::time::interval(super::node::LEASE_RENEW);
+    lease.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.changed() => break,
+            _ = lease.tick() => {
+                if let Err(e) = super::node::renew_lease(&client, cfg).await {
+                    tracing::warn!(error = %e, "sim kubelet: renewing the node lease");
+                }
+            }
             ev = stream.next() => match ev {
                 Some(Ok(ev)) => {
                     let deletes = on_event(&shared, ev);

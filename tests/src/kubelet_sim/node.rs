@@ -26,6 +26,36 @@ pub(crate) fn abs(cfg: &SimConfig, rel: &Path) -> PathBuf {
     cfg.cgroup_root.join(rel)
 }
 
+/// How often the node's Lease is renewed, as a real kubelet does (every
+/// 10 s, for a 40 s lease).
+pub(crate) const LEASE_RENEW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Renews the node's Lease in `kube-node-lease`. Without it the node
+/// lifecycle controller marks the Node unreachable ~50 s after registration,
+/// and the taint eviction deletes its pods 300 s later: a simulated node
+/// that lives longer than that (real-node parity tests wait minutes for
+/// the VMs' pods) loses its pods.
+pub(crate) async fn renew_lease(client: &Client, cfg: &SimConfig) -> anyhow::Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let renew = serde_json::to_value(MicroTime(k8s_openapi::jiff::Timestamp::now()))?;
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": cfg.node_name},
+        "spec": {"holderIdentity": cfg.node_name, "leaseDurationSeconds": 40,
+                 "renewTime": renew},
+    });
+    leases
+        .patch(
+            &cfg.node_name,
+            &PatchParams::apply("headroom-sim-kubelet").force(),
+            &Patch::Apply(&lease),
+        )
+        .await?;
+    Ok(())
+}
+
 pub(crate) async fn register_node(client: &Client, cfg: &SimConfig) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let node: Node = serde_json::from_value(json!({
