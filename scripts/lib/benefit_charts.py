@@ -11,7 +11,6 @@ Headroom and cpu.max.burst configurations) and DIR/throttling.png
 (throttled ratio and the neighbours' p99 per configuration).
 """
 import csv
-import json
 import os
 import statistics
 import sys
@@ -22,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benefit_table import LABELS, label  # noqa: E402
+from benefit_table import LABELS, label, load_meta  # noqa: E402
 
 CONFIGS = list(LABELS)
 
@@ -157,10 +156,7 @@ def main():
     rs = rows(d)
     if not rs:
         sys.exit(f"{d}/runs.csv has no runs")
-    meta = {}
-    if os.path.exists(os.path.join(d, "meta.json")):
-        with open(os.path.join(d, "meta.json")) as f:
-            meta = json.load(f)
+    meta = load_meta(d)
     latency_chart(d, rs)
     throttling_chart(d, rs)
     timeline_chart(d, meta)

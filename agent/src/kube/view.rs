@@ -17,35 +17,27 @@ use crate::quantity;
 impl TryFrom<&Pod> for PodView {
     type Error = ViewError;
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "reads a Pod in one pass, in the order of PodView's fields"
-    )]
     fn try_from(pod: &Pod) -> Result<Self, ViewError> {
         let meta = &pod.metadata;
         let spec = pod.spec.as_ref().ok_or(ViewError::Missing("spec"))?;
         let status = pod.status.as_ref();
         let mut containers = Vec::with_capacity(spec.containers.len());
         for (i, c) in spec.containers.iter().enumerate() {
-            containers.push(container_spec(
-                c,
-                ContainerKind::App,
-                &format!("spec.containers[{i}].resources"),
-            )?);
+            containers.push(container_spec(c, ContainerKind::App, &|| {
+                format!("spec.containers[{i}].resources")
+            })?);
         }
         for (i, c) in spec.init_containers.iter().flatten().enumerate() {
             if c.restart_policy.as_deref() == Some("Always") {
-                containers.push(container_spec(
-                    c,
-                    ContainerKind::Sidecar,
-                    &format!("spec.initContainers[{i}].resources"),
-                )?);
+                containers.push(container_spec(c, ContainerKind::Sidecar, &|| {
+                    format!("spec.initContainers[{i}].resources")
+                })?);
             }
         }
         let pod_resources = spec
             .resources
             .as_ref()
-            .map(|r| resources(Some(r), "spec.resources"))
+            .map(|r| resources(Some(r), &|| "spec.resources".to_string()))
             .transpose()?
             .filter(|r| *r != Resources::default());
         let overhead_cpu = q_cpu(spec.overhead.as_ref(), &|| "spec.overhead".to_string())?;
@@ -132,20 +124,23 @@ impl DeclaredLimits {
     pub fn of_spec(spec: &PodSpec) -> Result<Self, ViewError> {
         let mut containers = BTreeMap::new();
         for (i, c) in spec.containers.iter().enumerate() {
-            let r = resources(
-                c.resources.as_ref(),
-                &format!("template.spec.containers[{i}]"),
-            )?;
+            let r = resources(c.resources.as_ref(), &|| {
+                format!("template.spec.containers[{i}]")
+            })?;
             containers.insert(c.name.clone(), r.cpu_limit);
         }
         for (i, c) in spec.init_containers.iter().flatten().enumerate() {
             if c.restart_policy.as_deref() == Some("Always") {
-                let f = format!("template.spec.initContainers[{i}]");
-                let r = resources(c.resources.as_ref(), &f)?;
+                let r = resources(c.resources.as_ref(), &|| {
+                    format!("template.spec.initContainers[{i}]")
+                })?;
                 containers.insert(c.name.clone(), r.cpu_limit);
             }
         }
-        let pod = resources(spec.resources.as_ref(), "template.spec.resources")?.cpu_limit;
+        let pod = resources(spec.resources.as_ref(), &|| {
+            "template.spec.resources".to_string()
+        })?
+        .cpu_limit;
         Ok(Self { containers, pod })
     }
 }
@@ -213,13 +208,17 @@ fn q_mem(map: Option<&Quantities>, field: &dyn Fn() -> String) -> Result<Option<
 }
 
 /// Converts a `ResourceRequirements` to integers. As the apiserver does, a
-/// limit with no request means request = limit.
-pub fn resources(r: Option<&ResourceRequirements>, field: &str) -> Result<Resources, ViewError> {
+/// limit with no request means request = limit. `field` names it in an
+/// error only (see [`quantity_of`]).
+pub fn resources(
+    r: Option<&ResourceRequirements>,
+    field: &dyn Fn() -> String,
+) -> Result<Resources, ViewError> {
     let Some(r) = r else {
         return Ok(Resources::default());
     };
-    let limits = || format!("{field}.limits");
-    let requests = || format!("{field}.requests");
+    let limits = || format!("{}.limits", field());
+    let requests = || format!("{}.requests", field());
     let cpu_limit = q_cpu(r.limits.as_ref(), &limits)?;
     let mem_limit = q_mem(r.limits.as_ref(), &limits)?;
     let cpu_request = q_cpu(r.requests.as_ref(), &requests)?.or(cpu_limit);
@@ -235,7 +234,7 @@ pub fn resources(r: Option<&ResourceRequirements>, field: &str) -> Result<Resour
 fn container_spec(
     c: &Container,
     kind: ContainerKind,
-    field: &str,
+    field: &dyn Fn() -> String,
 ) -> Result<ContainerSpec, ViewError> {
     let cpu_resize_policy = c
         .resize_policy
@@ -264,11 +263,11 @@ fn container_state(s: &ContainerStatus) -> Result<ContainerState, ViewError> {
         Some((rt, id)) if !id.is_empty() => (Some(rt.to_string()), Some(id.to_string())),
         _ => (None, None),
     };
-    let field = format!("status.containerStatuses[{}]", s.name);
+    let field = |part: &str| format!("status.containerStatuses[{}].{part}", s.name);
     let allocated = match &s.allocated_resources {
         Some(a) => Some(Resources {
-            cpu_request: q_cpu(Some(a), &|| format!("{field}.allocatedResources"))?,
-            mem_request: q_mem(Some(a), &|| format!("{field}.allocatedResources"))?,
+            cpu_request: q_cpu(Some(a), &|| field("allocatedResources"))?,
+            mem_request: q_mem(Some(a), &|| field("allocatedResources"))?,
             ..Default::default()
         }),
         None => None,
@@ -281,7 +280,7 @@ fn container_state(s: &ContainerStatus) -> Result<ContainerState, ViewError> {
         resources: s
             .resources
             .as_ref()
-            .map(|r| resources(Some(r), &format!("{field}.resources")))
+            .map(|r| resources(Some(r), &|| field("resources")))
             .transpose()?,
         allocated,
     })

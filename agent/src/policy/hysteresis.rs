@@ -49,16 +49,18 @@ impl PodMemory {
         prev: Option<&PodMemory>,
         cfg: &PolicyConfig,
     ) -> Self {
-        let undo = prev
-            .filter(|p| p.last_direction == Direction::Raise && plan.direction == Direction::Lower);
-        let flaps = match (prev, undo) {
+        let undoes = |p: &PodMemory| {
+            p.last_direction == Direction::Raise && plan.direction == Direction::Lower
+        };
+        let flaps = match prev {
+            None => 0,
+            Some(p) if !undoes(p) => p.flaps,
             // Undone within twice the wait that preceded the raise: a flap.
-            (_, Some(p)) if now_s - p.last_patch_at_s < 2.0 * raise_cooldown_s(cfg, p.flaps) => {
+            Some(p) if now_s - p.last_patch_at_s < 2.0 * raise_cooldown_s(cfg, p.flaps) => {
                 p.flaps.saturating_add(1)
             }
             // A raise that held that long resets the count.
-            (_, Some(_)) | (None, None) => 0,
-            (Some(p), None) => p.flaps,
+            Some(_) => 0,
         };
         Self {
             last_patch_at_s: now_s,
@@ -400,6 +402,13 @@ mod tests {
         assert_eq!(out.patches[0].new_total_m, 100);
     }
 
+    fn cooldown_15s() -> PolicyConfig {
+        PolicyConfig {
+            raise_cooldown_s: 15.0,
+            ..PolicyConfig::default()
+        }
+    }
+
     /// An accepted patch of pod "a" in `dir`, as the caller records it.
     fn patched(
         prev: Option<&PodMemory>,
@@ -422,10 +431,7 @@ mod tests {
 
     #[test]
     fn flapping_raises_back_off_from_the_second_quick_undo_up_to_eight_times_the_cooldown() {
-        let cfg = PolicyConfig {
-            raise_cooldown_s: 15.0,
-            ..PolicyConfig::default()
-        };
+        let cfg = cooldown_15s();
         let mut m = patched(None, Direction::Raise, 0.0, &cfg);
         assert_eq!(m.raise_cooldown_s(&cfg), 15.0);
         // Each raise goes out as soon as its cooldown allows and is undone 5 s
@@ -450,10 +456,7 @@ mod tests {
 
     #[test]
     fn flapping_raises_back_off_in_the_plan_too() {
-        let cfg = PolicyConfig {
-            raise_cooldown_s: 15.0,
-            ..PolicyConfig::default()
-        };
+        let cfg = cooldown_15s();
         let p = simple("a", 100, Some(200));
         let mut m = patched(None, Direction::Raise, 0.0, &cfg);
         m = patched(Some(&m), Direction::Lower, 5.0, &cfg);
@@ -474,10 +477,7 @@ mod tests {
     fn a_flapping_pod_is_patched_at_most_twice_per_eight_cooldowns() {
         // The worst loop: every raise the moment it is allowed, every raise
         // undone 1 s later, for an hour.
-        let cfg = PolicyConfig {
-            raise_cooldown_s: 15.0,
-            ..PolicyConfig::default()
-        };
+        let cfg = cooldown_15s();
         let mut m = patched(None, Direction::Raise, 0.0, &cfg);
         let (mut t, mut patches) = (0.0, 1u32);
         while t < 3600.0 {
