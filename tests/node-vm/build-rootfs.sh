@@ -50,10 +50,18 @@ if [ ! -f "$base/.done" ]; then
   log "debootstrap done in $(( $(date +%s) - start ))s"
 fi
 
+# debootstrap can leave the chroot's /proc mounted (seen on a fresh CI host):
+# copying it would copy the host's /proc (tens of GB) into the image.
+unmount_under() {
+  findmnt -rn -o TARGET | awk -v p="$1/" 'index($0, p) == 1' | sort -r \
+    | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+unmount_under "$base/rootfs"
+
 work=$cache/node-vm/work-$key
 rm -rf "$work" && mkdir -p "$work"
 root=$work/rootfs
-cp -a "$base/rootfs" "$root"
+cp -ax "$base/rootfs" "$root"
 
 # Files of the image (units, networkd, fstab, sysctl, boot-time setup).
 cp -a "$here/rootfs/." "$root/"
