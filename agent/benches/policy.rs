@@ -87,7 +87,7 @@ fn main() {
                 node_name: "node",
                 capacity_m: 64_000,
                 kubepods_usage_m: usage,
-                stall: Default::default(),
+                contention: Default::default(),
                 pod_level_resize_supported: Some(true),
             };
             let iters = 2000;

@@ -12,6 +12,7 @@ use std::path::Path;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use headroom::cgroup::{self, Depth};
+use headroom::contention::{self, Contention, Thresholds};
 use headroom::model::PodView;
 use headroom::node_slack::{self, CapacityInputs};
 use headroom::policy::{PolicyConfig, TokenBucket, plan};
@@ -96,12 +97,18 @@ fn bench(c: &mut Criterion) {
         let prev = cgroup::scan(t.path(), &layout, 0).unwrap();
         let cur = cgroup::scan(t.path(), &layout, 1_000_000).unwrap();
         let s = node_slack::measure(&prev, &cur, cap);
-        let round = |s: &node_slack::NodeSlack| {
+        let th = Thresholds {
+            min_pct_of_request: cfg.pressure_start_pct,
+            cpus: 64,
+        };
+        let calm = Contention::default();
+        let round = |s: &node_slack::NodeSlack, c: &Contention| {
             let r = observe_round(
                 "n",
                 &views,
                 s,
-                0.0,
+                c,
+                c.demand_m,
                 &opted,
                 &floors,
                 &HashMap::new(),
@@ -119,15 +126,26 @@ fn bench(c: &mut Criterion) {
             )
         };
         g.bench_with_input(BenchmarkId::new("policy", n), &n, |b, _| {
-            b.iter(|| black_box(round(&s)))
+            b.iter(|| black_box(round(&s, &calm)))
         });
         g.bench_with_input(BenchmarkId::new("tick", n), &n, |b, _| {
             let mut at = 2_000_000;
             b.iter(|| {
                 at += 1_000_000;
-                let light = cgroup::rescan(t.path(), &cur, at, |_| Depth::Stat).unwrap();
+                let light = cgroup::rescan(t.path(), &cur, at, |_, _| Depth::Stat).unwrap();
                 let s = node_slack::measure(&cur, &light, cap);
-                black_box(round(&s))
+                black_box(round(&s, &calm))
+            })
+        });
+        // A contended tick: every pod's pressure read and attributed.
+        g.bench_with_input(BenchmarkId::new("tick_contended", n), &n, |b, _| {
+            let mut at = 2_000_000;
+            b.iter(|| {
+                at += 1_000_000;
+                let light = cgroup::rescan(t.path(), &cur, at, |_, _| Depth::StatPressure).unwrap();
+                let s = node_slack::measure(&cur, &light, cap);
+                let c = contention::attribute(&cur, &light, &s, &contention::requests(&views), th);
+                black_box(round(&s, &c))
             })
         });
         g.bench_with_input(BenchmarkId::new("tick_full", n), &n, |b, _| {
@@ -136,7 +154,7 @@ fn bench(c: &mut Criterion) {
                 at += 1_000_000;
                 let full = cgroup::scan(t.path(), &layout, at).unwrap();
                 let s = node_slack::measure(&cur, &full, cap);
-                black_box(round(&s))
+                black_box(round(&s, &calm))
             })
         });
     }

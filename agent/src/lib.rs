@@ -3,6 +3,7 @@
 //! observe (cgroup, slack) → decide (policy) → act (kube) → verify (verify).
 
 pub mod cgroup;
+pub mod contention;
 pub mod kube;
 pub mod metrics;
 pub mod model;

@@ -64,13 +64,14 @@ pub struct PodUsage {
 }
 
 /// kubepods CPU stall over one interval, split into what the pods' own CFS
-/// quotas explain and the rest.
+/// quotas explain and the rest. Display only: the rest still mixes a pod's
+/// own queued threads with pods displaced by others, which only per-pod
+/// pressure tells apart (`crate::contention`).
 ///
 /// The kernel counts a throttled task as runnable and not running, so a pod
 /// throttled at its own limit raises kubepods `cpu.pressure` even on an idle
 /// node (on a 2-CPU node one single-threaded pod at 300m gave `some` ≈ 70 %;
-/// docs/kubelet-behaviour.md §8). Only the rest, tasks waiting for a CPU
-/// other tasks hold, is contention. Exact per interval from the `total`
+/// docs/kubelet-behaviour.md §8). Exact per interval from the `total`
 /// counters; the kernel's `avg10` would still carry throttling from before a
 /// raise for tens of seconds.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -79,7 +80,8 @@ pub struct Stall {
     pub some_pct: f64,
     /// Σ pods' throttled time / interval, percent, at most `some_pct`.
     pub throttling_pct: f64,
-    /// `some_pct − throttling_pct`: the contention signal.
+    /// `some_pct − throttling_pct`: tasks that waited for a CPU others held,
+    /// whoever the others were (the pod's own threads included).
     pub contention_pct: f64,
 }
 
@@ -98,35 +100,6 @@ impl Stall {
             throttling_pct,
             contention_pct: (some_pct - throttling_pct).max(0.0),
         })
-    }
-}
-
-/// Contention smoothed over a window (`contention_window_s`, default 5 s),
-/// like the kernel's avg10 but of intervals with throttling already taken out, so a
-/// raise that ends a pod's throttling leaves nothing behind. Smoothing keeps
-/// one busy second (an image unpack, a kubelet housekeeping burst) from
-/// lowering every managed pod at once.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ContentionAverage {
-    value: f64,
-}
-
-impl ContentionAverage {
-    /// Folds in one interval, an exponential average with time constant
-    /// `window_s` (validated > 0 by the policy config); no PSI (`None`)
-    /// decays toward 0, as absent pressure damps nothing.
-    pub fn update(&mut self, stall: Option<&Stall>, dt_us: u64, window_s: f64) -> f64 {
-        let sample = stall.map_or(0.0, |s| s.contention_pct);
-        let e = (-(dt_us as f64 / 1e6) / window_s).exp();
-        self.value = self.value * e + sample * (1.0 - e);
-        if !self.value.is_finite() {
-            self.value = 0.0;
-        }
-        self.value
-    }
-
-    pub fn value(&self) -> f64 {
-        self.value
     }
 }
 
@@ -691,47 +664,5 @@ mod tests {
             CAP,
         );
         assert_eq!(s.stall, None);
-    }
-
-    #[test]
-    fn contention_average_follows_with_a_few_seconds_lag_and_decays() {
-        let hot = Stall::from_deltas(500_000, 0, 1_000_000);
-        let mut a = ContentionAverage::default();
-        let first = a.update(hot.as_ref(), 1_000_000, 5.0);
-        assert!(first > 8.0 && first < 10.0, "{first}");
-        for _ in 0..20 {
-            a.update(hot.as_ref(), 1_000_000, 5.0);
-        }
-        assert!(a.value() > 49.0);
-        // Own throttling only: contention 0, the average falls back.
-        let own = Stall::from_deltas(500_000, 500_000, 1_000_000);
-        for _ in 0..20 {
-            a.update(own.as_ref(), 1_000_000, 5.0);
-        }
-        assert!(a.value() < 1.0, "{}", a.value());
-    }
-
-    #[test]
-    fn contention_average_window_sets_how_fast_it_follows() {
-        // 60 % contention from now on: after 2 s the 2 s window has reached
-        // 1 − e⁻¹ of it, the 5 s window 1 − e^(−0.4).
-        let hot = Stall::from_deltas(600_000, 0, 1_000_000);
-        let (mut short, mut long) = (ContentionAverage::default(), ContentionAverage::default());
-        for _ in 0..2 {
-            short.update(hot.as_ref(), 1_000_000, 2.0);
-            long.update(hot.as_ref(), 1_000_000, 5.0);
-        }
-        let expect = |w: f64| 60.0 * (1.0 - (-2.0 / w).exp());
-        assert!(
-            (short.value() - expect(2.0)).abs() < 1e-9,
-            "{}",
-            short.value()
-        );
-        assert!(
-            (long.value() - expect(5.0)).abs() < 1e-9,
-            "{}",
-            long.value()
-        );
-        assert!(short.value() > 37.0 && long.value() < 20.0);
     }
 }

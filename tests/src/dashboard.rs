@@ -108,8 +108,9 @@ pub fn rows() -> Vec<Row> {
                 Panel {
                     title: "Node CPU pressure",
                     description: "cpu.pressure `some` avg10 of the pods' cgroup (kubepods), the part \
-                        the pods' own CFS throttling explains, and the smoothed contention the \
-                        policy damps slack on (README, Policy).",
+                        the pods' own CFS throttling explains, and the CPU owed to pods displaced \
+                        within their requests, over capacity: what managed pods give back \
+                        (README, Policy).",
                     kind: TimeSeries,
                     unit: "percentunit",
                     queries: vec![
@@ -123,7 +124,7 @@ pub fn rows() -> Vec<Row> {
                         ),
                         q(
                             format!("headroom_node_cpu_contention_ratio{{{NODE}}}"),
-                            "contention {{node}}",
+                            "owed to displaced pods {{node}}",
                         ),
                     ],
                 },

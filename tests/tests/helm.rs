@@ -84,7 +84,7 @@ fn full_values() -> Value {
                    "raise_dead_band_pct": 5, "raise_dead_band_m": 25,
                    "lower_dead_band_pct": 15, "lower_dead_band_m": 75,
                    "raise_cooldown_s": 120, "pressure_start_pct": 15,
-                   "pressure_full_pct": 50, "contention_window_s": 3, "patch_rate_per_s": 2.5, "patch_burst": 4,
+                   "contention_window_s": 3, "patch_rate_per_s": 2.5, "patch_burst": 4,
                    "floor": "declared"},
         "networkPolicy": {"enabled": true,
                           "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "observability"}},

@@ -77,9 +77,13 @@ pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, Sc
 pub enum Depth {
     /// Not read: left out of the snapshot.
     Skip,
-    /// `cpu.stat` only (usage and throttling); the other values are carried
-    /// over from the index snapshot, so they are as old as that scan.
+    /// `cpu.stat` only (usage and throttling); `cpu.max` and `cpu.weight`
+    /// are carried over from the index snapshot, so they are as old as that
+    /// scan. Pressure is not: it is `None`, so no stale counter is ever
+    /// compared with a fresh one.
     Stat,
+    /// `cpu.stat` and `cpu.pressure`: what attributing contention needs.
+    StatPressure,
     /// Everything, as [`scan`] reads it (pod files and container `cpu.max`).
     Full,
 }
@@ -88,17 +92,19 @@ pub enum Depth {
 /// full [`scan`]) that `depth` asks for, without listing any directory.
 /// The agent reads `cpu.stat` of managed pods every tick and everything else
 /// on the audit interval; a pod missing from `index` needs a full scan.
+/// `depth` sees this tick's kubepods sample (read first), so what it asks of
+/// the pods may depend on it.
 pub fn rescan(
     root: &Path,
     index: &NodeSnapshot,
     at_us: u64,
-    depth: impl Fn(&PodCgroup) -> Depth,
+    depth: impl Fn(&PodCgroup, &CgroupSample) -> Depth,
 ) -> Result<NodeSnapshot, ScanError> {
     let mut r = Reader::new(root, root.join(&index.layout.kubepods));
     let kubepods = r.sample().map_err(ScanError::Kubepods)?;
     let mut pods = Vec::new();
     for p in &index.pods {
-        let d = depth(p);
+        let d = depth(p, &kubepods);
         if d == Depth::Skip {
             continue;
         }
@@ -108,9 +114,14 @@ pub fn rescan(
             continue;
         }
         let stat = r.required("cpu.stat", parse::cpu_stat);
+        let pressure = match (d, &stat) {
+            (Depth::StatPressure, Ok(_)) => r.optional("cpu.pressure", parse::pressure),
+            _ => None,
+        };
         let sample = match (stat, &p.sample) {
             (Ok(cpu_stat), Ok(old)) => Ok(CgroupSample {
                 cpu_stat,
+                pressure,
                 ..old.clone()
             }),
             (Err(e), _) => Err(r.noted(e)),
@@ -387,6 +398,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rescan_reads_pressure_only_at_stat_pressure_depth() {
+        let (t, layout) = tree();
+        let full = scan(t.path(), &layout, 0).unwrap();
+        let b = full
+            .pods
+            .iter()
+            .find(|p| p.qos == Qos::Burstable)
+            .unwrap()
+            .clone();
+        fs::write(
+            t.path().join(&b.path).join("cpu.pressure"),
+            "some avg10=1.00 avg60=0.00 avg300=0.00 total=777\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=555\n",
+        )
+        .unwrap();
+        let read = |d: Depth| {
+            let s = rescan(t.path(), &full, 1, |p, kp| {
+                assert!(kp.pressure.is_some(), "depth sees this tick's kubepods");
+                if p.uid == b.uid { d } else { Depth::Skip }
+            })
+            .unwrap();
+            s.pods[0].sample.as_ref().unwrap().pressure
+        };
+        assert_eq!(read(Depth::Stat), None);
+        let p = read(Depth::StatPressure).expect("pressure read");
+        assert_eq!(
+            (p.some.total_us, p.full.map(|f| f.total_us)),
+            (777, Some(555))
+        );
+    }
+
+    #[test]
     fn rescan_reads_only_what_depth_asks() {
         let (t, layout) = tree();
         let full = scan(t.path(), &layout, 0).unwrap();
@@ -403,7 +445,7 @@ mod tests {
         )
         .unwrap();
         fs::write(gdir.join("cpu.max"), "70000 100000\n").unwrap();
-        let only_g = |p: &PodCgroup| {
+        let only_g = |p: &PodCgroup, _: &CgroupSample| {
             if p.uid == g.uid {
                 Depth::Stat
             } else {
@@ -419,7 +461,8 @@ mod tests {
             g.sample.as_ref().unwrap().cpu_max,
             "cpu.max carried over at Stat depth"
         );
-        let deep = rescan(t.path(), &full, 6, |_| Depth::Full).unwrap();
+        assert_eq!(s.pressure, None, "pressure not carried over at Stat depth");
+        let deep = rescan(t.path(), &full, 6, |_, _| Depth::Full).unwrap();
         assert_eq!(deep.pods.len(), full.pods.len());
         let s = deep
             .pods

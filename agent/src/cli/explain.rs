@@ -163,16 +163,16 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     }
     let n = &round.node;
     println!(
-        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, cpu stall {:.1}% (own throttling {:.1}%), contention {:.1}%, damping {:.2}, slack {}m over {} managed pods",
+        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, cpu stall {:.1}% (own throttling {:.1}%), {} pod(s) within their requests displaced, owed {}m, slack {}m over {} managed pods",
         n.capacity_m,
         n.usage_m,
         n.other_usage_m,
         n.reserve_m,
         n.raw_slack_m,
-        n.stall.some_pct,
-        n.stall.throttling_pct,
-        n.stall.contention_pct,
-        n.damping_factor,
+        n.contention.some_pct,
+        n.contention.throttling_pct,
+        n.contention.displaced_pods,
+        n.contention.demand_m,
         n.slack_m,
         n.managed_pods
     );

@@ -99,8 +99,9 @@ fn fmt_duration(d: Duration) -> String {
 /// A CPU quantity (`4000m`, `3.5`) in millicores.
 /// One stateless decision round on two samples of a node's cgroups, as the
 /// agent's first tick after a start computes it: no learned floors, no
-/// remembered declared limits, pod-level support unknown, the interval's
-/// contention unsmoothed. Shared by `explain` and `plan`.
+/// remembered declared limits, pod-level support unknown, what displaced
+/// pods are owed not held from earlier intervals. Shared by `explain` and
+/// `plan`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn stateless_round(
     node_name: &str,
@@ -112,23 +113,31 @@ pub(crate) fn stateless_round(
     opted: &std::collections::HashSet<String>,
     policy: &headroom::policy::PolicyConfig,
 ) -> (headroom::node_slack::NodeSlack, headroom::reconcile::Round) {
+    use headroom::contention::{self, Thresholds};
     use headroom::node_slack::{self, CapacityInputs};
     use headroom::reconcile::{mark_roles, observe_round};
     mark_roles(&mut prev.pods, views);
     mark_roles(&mut cur.pods, views);
+    let cpus = node_slack::online_cpus_at(cgroup_root);
     let s = node_slack::measure(
         &prev,
         &cur,
         CapacityInputs {
             node_allocatable_m: allocatable,
-            online_cpus: node_slack::online_cpus_at(cgroup_root),
+            online_cpus: cpus,
         },
     );
+    let t = Thresholds {
+        min_pct_of_request: policy.pressure_start_pct,
+        cpus,
+    };
+    let c = contention::attribute(&prev, &cur, &s, &contention::requests(views), t);
     let round = observe_round(
         node_name,
         views,
         &s,
-        s.stall.map_or(0.0, |st| st.contention_pct),
+        &c,
+        c.demand_m,
         opted,
         &Default::default(),
         &Default::default(),

@@ -286,13 +286,13 @@ impl Report<'_> {
         );
         let _ = writeln!(
             o,
-            "  real slack = capacity {}m − reserve {}m − other usage {}m − managed usage within requests {}m; contention {:.1}%, damping {:.2}",
+            "  real slack = capacity {}m − reserve {}m − other usage {}m − managed usage within requests {}m − owed to {} displaced pod(s) {}m",
             n.capacity_m,
             n.reserve_m,
             n.other_usage_m,
             n.managed_within_request_m,
-            n.stall.contention_pct,
-            n.damping_factor,
+            n.contention.displaced_pods,
+            n.contention.demand_m,
         );
         let mut decisions: Vec<&Decision> = self.round.decisions.iter().collect();
         decisions.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));

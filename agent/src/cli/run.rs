@@ -66,14 +66,13 @@ pub struct Args {
     /// Node-wide patches per second, 0.01 to 100 [default: 5].
     #[arg(long)]
     pub patch_rate: Option<f64>,
-    /// kubepods PSI some avg10 (%) where damping starts, 0 to 99 [default: 10].
+    /// CPU a pod within its request must have waited for, while other pods
+    /// held it, before it is owed that CPU: percent of its request, 0 to 99
+    /// [default: 10].
     #[arg(long)]
     pub pressure_start: Option<f64>,
-    /// kubepods PSI some avg10 (%) where slack is damped to zero, pressure-start + 1
-    /// to 100 [default: 40].
-    #[arg(long)]
-    pub pressure_full: Option<f64>,
-    /// Time constant of the contention average, 0.5s to 60s [default: 5s].
+    /// How fast what displaced pods are owed is released once they stop
+    /// waiting (time constant), 0.5s to 60s [default: 5s].
     #[arg(long, value_parser = parse_duration)]
     pub contention_window: Option<Duration>,
     /// Lowest limit set as the node fills: `request`, or `declared` (never below
@@ -122,9 +121,6 @@ pub fn policy_config(a: &Args) -> anyhow::Result<PolicyConfig> {
     }
     if let Some(v) = a.pressure_start {
         cfg.pressure_start_pct = v;
-    }
-    if let Some(v) = a.pressure_full {
-        cfg.pressure_full_pct = v;
     }
     if let Some(v) = a.contention_window {
         cfg.contention_window_s = v.as_secs_f64();

@@ -140,7 +140,7 @@ impl Metrics {
         );
         nr.register(
             "node_cpu_contention_ratio",
-            "kubepods CPU stall minus own throttling, smoothed over --contention-window: the contention that damps the slack, as a ratio",
+            "CPU owed to pods displaced within their requests (cpu.pressure full beyond their own throttling), held over --contention-window, as a ratio of capacity: what managed pods give back",
             m.node_contention.clone(),
         );
         r.register(

@@ -21,7 +21,8 @@ pub struct NodeValues {
     pub pressure_full_ratio: Option<f64>,
     /// Stall of the last interval the pods' own CFS throttling explains (0–1).
     pub throttling_stall_ratio: f64,
-    /// Smoothed contention, the stall the damping acts on (0–1).
+    /// CPU owed to pods displaced within their requests, held across ticks,
+    /// over capacity (0–1): what managed pods give back.
     pub contention_ratio: f64,
 }
 

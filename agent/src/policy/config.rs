@@ -36,17 +36,15 @@ pub struct PolicyConfig {
     /// "Does it help?", tuning: 60 kept a service at its floor for the rest
     /// of a burst after its neighbour's demand ended).
     pub raise_cooldown_s: f64,
-    /// kubepods CPU contention (PSI `some` stall minus the pods' own CFS
-    /// throttling, percent of wall time, smoothed over
-    /// `contention_window_s`) where damping of the slack starts. Range
-    /// 0–99, default `10.0`.
+    /// A pod within its CPU request counts as displaced, and is owed the
+    /// CPU it waited for, once that CPU (its `cpu.pressure` `full` beyond its
+    /// own throttling) reaches this percent of its request
+    /// (`crate::contention`). Range 0–99, default `10.0`.
     pub pressure_start_pct: f64,
-    /// Contention at which the slack is damped to zero (limits fall to their
-    /// floors). Range pressure_start_pct + 1 to 100, default `40.0`.
-    pub pressure_full_pct: f64,
-    /// Time constant (seconds) of the contention average: shorter reacts
-    /// sooner to a neighbour's demand, longer ignores a busy second (an image
-    /// unpack, a kubelet housekeeping burst). Range 0.5–60, default `5`.
+    /// Time constant (seconds) over which what displaced pods are owed is
+    /// released once they stop waiting; it is taken at once when they start.
+    /// Shorter hands CPU back sooner, longer rides out a neighbour's pauses.
+    /// Range 0.5–60, default `5`.
     pub contention_window_s: f64,
     /// Node-wide patch rate (token bucket refill, patches per second).
     /// Range 0.01–100, default `5.0`.
@@ -86,7 +84,6 @@ impl Default for PolicyConfig {
             lower_dead_band_m: 50,
             raise_cooldown_s: 15.0,
             pressure_start_pct: 10.0,
-            pressure_full_pct: 40.0,
             contention_window_s: 5.0,
             patch_rate_per_s: 5.0,
             patch_burst: 10,
@@ -212,20 +209,6 @@ impl PolicyConfig {
             "between 0 and 99 (percent)",
         )?;
         within(
-            self.pressure_full_pct,
-            PRESSURE_PCT,
-            "pressure_full_pct",
-            "between 0 and 100 (percent)",
-        )?;
-        // Damping divides by the span: it must be a real interval.
-        if self.pressure_full_pct < self.pressure_start_pct + 1.0 {
-            return Err(ConfigError {
-                field: "pressure_full_pct",
-                value: format!("{:?}", self.pressure_full_pct),
-                range: "at least pressure_start_pct + 1 and at most 100 (percent)",
-            });
-        }
-        within(
             self.contention_window_s,
             CONTENTION_WINDOW_S,
             "contention_window_s",
@@ -284,8 +267,8 @@ mod tests {
         assert_eq!(zero_q.validate().unwrap_err().field, "quantum_m");
         let nan = with(|c| c.ceiling_factor = f64::NAN);
         assert_eq!(nan.validate().unwrap_err().field, "ceiling_factor");
-        let inverted = with(|c| c.pressure_full_pct = 5.0);
-        assert_eq!(inverted.validate().unwrap_err().field, "pressure_full_pct");
+        let pressure = with(|c| c.pressure_start_pct = 99.5);
+        assert_eq!(pressure.validate().unwrap_err().field, "pressure_start_pct");
     }
 
     #[test]
@@ -325,7 +308,6 @@ mod tests {
             lower_dead_band_m: 0,
             raise_cooldown_s: 86_400.0,
             pressure_start_pct: 99.0,
-            pressure_full_pct: 100.0,
             contention_window_s: 60.0,
             patch_rate_per_s: 0.01,
             patch_burst: 1000,

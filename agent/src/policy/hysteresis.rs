@@ -162,7 +162,7 @@ impl Cause {
         let cur = d.current_limit_m.unwrap_or(0);
         let floor = d.floor_m().unwrap_or(0);
         let ceiling = d.ceiling_m.unwrap_or(0);
-        let (slack, damping) = (node.slack_m, node.damping_factor);
+        let slack = node.slack_m;
         match self {
             Cause::Adopt => {
                 format!("adopt: add CPU limit {target}m (one-way: limits cannot be removed)")
@@ -174,10 +174,10 @@ impl Cause {
             ),
             Cause::AboveCeiling => format!("lower {cur}m→{target}m: above ceiling {ceiling}m"),
             Cause::Pressure => {
-                let st = &node.stall;
+                let c = &node.contention;
                 format!(
-                    "lower {cur}m→{target}m: cpu contention {:.1}% (last interval: stall {:.1}%, of which the pods' own throttling {:.1}%), damping {damping:.2}, slack {slack}m",
-                    st.contention_pct, st.some_pct, st.throttling_pct
+                    "lower {cur}m→{target}m: {} pod(s) within their requests displaced, {}m owed to them (kubepods stall {:.1}%, of which own throttling {:.1}%), slack {slack}m",
+                    c.displaced_pods, c.demand_m, c.some_pct, c.throttling_pct
                 )
             }
             // Facts of this round only: the agent may have no earlier round
@@ -268,8 +268,8 @@ pub fn plan(
                         cfg.lower_dead_band_m / 2,
                     )
             {
-                // Half the dead band under pressure: eager, but PSI wobbling
-                // around the threshold must not patch on every tick.
+                // Half the dead band while pods wait: eager, but a demand
+                // wobbling by a few millicores must not patch on every tick.
                 Some(Cause::Pressure)
             } else if target == floor {
                 Some(Cause::AtFloor)
@@ -338,7 +338,7 @@ mod tests {
     #[test]
     fn raise_to_ceiling_goes_out() {
         let p = simple("a", 100, Some(200));
-        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let (n, ds) = decided(&p, 4000, 0, 0);
         let out = first_plan(&n, &ds, &PolicyConfig::default());
         assert_eq!(out.patches.len(), 1);
         let pp = &out.patches[0];
@@ -352,14 +352,14 @@ mod tests {
         // Request 1000, limit 1500; slack 1530 → target 1540: +40m < max(10%, 50m).
         let p = simple("a", 1000, Some(1500));
         let (n, ds) = decide(
-            &node(1000 + 1530 + 100, 1000, 0.0),
+            &node(1000 + 1530 + 100, 1000, 0),
             &[input(&p, 1000)],
             &PolicyConfig::default(),
         );
         assert_eq!(ds[0].target_m, Some(2530));
         let p2 = simple("a", 1000, Some(2490));
         let (n2, ds2) = decide(
-            &node(1000 + 1530 + 100, 1000, 0.0),
+            &node(1000 + 1530 + 100, 1000, 0),
             &[input(&p2, 1000)],
             &PolicyConfig::default(),
         );
@@ -387,7 +387,7 @@ mod tests {
                 flaps: 0,
             },
         )]);
-        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let (n, ds) = decided(&p, 4000, 0, 0);
         let out = plan(&n, &ds, &mem, 130.0, &mut big_bucket(), &cfg);
         assert!(out.patches.is_empty());
         assert_eq!(out.held[0].reason, HoldReason::Cooldown);
@@ -395,7 +395,7 @@ mod tests {
         assert_eq!(out.patches.len(), 1);
         // Lowering right after a patch: node full.
         let q = simple("a", 100, Some(400));
-        let (n, ds) = decided(&q, 4000, 4000, 0.0);
+        let (n, ds) = decided(&q, 4000, 4000, 0);
         let out = plan(&n, &ds, &mem, 101.0, &mut big_bucket(), &cfg);
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Lower);
@@ -464,7 +464,7 @@ mod tests {
         m = patched(Some(&m), Direction::Lower, 25.0, &cfg);
         assert_eq!(m.flaps, 2);
         let mem = HashMap::from([(p.uid.clone(), m)]);
-        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let (n, ds) = decided(&p, 4000, 0, 0);
         // 30 s after the second quick undo, not 15.
         let out = plan(&n, &ds, &mem, 25.0 + 29.0, &mut big_bucket(), &cfg);
         assert_eq!(out.held[0].reason, HoldReason::Cooldown);
@@ -503,18 +503,18 @@ mod tests {
         let cfg = PolicyConfig::default();
         // Limit 400, slack gives target 380: -20m inside the band.
         let p = simple("a", 100, Some(400));
-        let (n, ds) = decide(&node(100 + 280 + 100, 100, 0.0), &[input(&p, 100)], &cfg);
+        let (n, ds) = decide(&node(100 + 280 + 100, 100, 0), &[input(&p, 100)], &cfg);
         assert_eq!(ds[0].target_m, Some(380));
         let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.held[0].reason, HoldReason::DeadBand);
         // Same with contention pressure: lower at once.
-        let (n, ds) = decide(&node(100 + 280 + 100, 100, 12.0), &[input(&p, 100)], &cfg);
+        let (n, ds) = decide(&node(100 + 280 + 100, 100, 20), &[input(&p, 100)], &cfg);
         assert!(n.under_pressure());
         let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches[0].direction, Direction::Lower);
         // A target at the floor goes out even inside the band.
         let p = simple("a", 100, Some(130));
-        let (n, ds) = decided(&p, 4000, 4000, 0.0);
+        let (n, ds) = decided(&p, 4000, 4000, 0);
         let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches[0].new_total_m, 100);
     }
@@ -526,7 +526,7 @@ mod tests {
         // Half the lowering band of a 400m limit: max(5% of 400, 25m) = 25m.
         let (mut tiny, mut half) = (false, false);
         for cap in 300..800 {
-            let (n, ds) = decide(&node(cap, 100, 12.0), &[input(&p, 100)], &cfg);
+            let (n, ds) = decide(&node(cap, 100, 20), &[input(&p, 100)], &cfg);
             let Some(t) = ds[0].target_m.filter(|t| *t < 400) else {
                 continue;
             };
@@ -561,7 +561,7 @@ mod tests {
             .collect();
         let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
         // Slack 400: each target 200 → p2, p3 lower by 200; p0, p1 unchanged.
-        let (n, ds) = decide(&node(500, 0, 0.0), &inputs, &cfg);
+        let (n, ds) = decide(&node(500, 0, 0), &inputs, &cfg);
         assert!(ds.iter().all(|d| d.target_m == Some(200)));
         let mut bucket = TokenBucket::new(1.0, 1);
         let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut bucket, &cfg);
@@ -580,7 +580,7 @@ mod tests {
     fn adoption_adds_a_limit_once() {
         let mut p = simple("a", 100, None);
         p.annotations.insert(ANN_ADOPT.into(), "true".into());
-        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let (n, ds) = decided(&p, 4000, 0, 0);
         let out = first_plan(&n, &ds, &PolicyConfig::default());
         assert_eq!(out.patches[0].old_total_m, None);
         assert_eq!(
@@ -593,7 +593,7 @@ mod tests {
     fn pod_level_patches_only_the_pod_limit() {
         let mut p = pod_level_a();
         // The workload's own 500m: above 4 × request, kept on an idle node.
-        let (n, ds) = decided(&p, 8000, 0, 0.0);
+        let (n, ds) = decided(&p, 8000, 0, 0);
         let cfg = PolicyConfig::default();
         let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches, vec![]);
@@ -607,7 +607,7 @@ mod tests {
             declared: Some(&declared),
             ..input(&p, 0)
         }];
-        let (n, ds) = decide(&node(8000, 0, 0.0), &inputs, &cfg);
+        let (n, ds) = decide(&node(8000, 0, 0), &inputs, &cfg);
         let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.patches[0].kind, PatchKind::PodLimit(400));
         assert_eq!(out.patches[0].why, "lower 500m→400m: above ceiling 400m");
@@ -617,7 +617,7 @@ mod tests {
     #[test]
     fn at_target_means_no_patch() {
         let p = simple("a", 100, Some(400));
-        let (n, ds) = decided(&p, 4000, 0, 0.0);
+        let (n, ds) = decided(&p, 4000, 0, 0);
         let out = first_plan(&n, &ds, &PolicyConfig::default());
         assert_eq!(out, PlanOutcome::default());
     }

@@ -14,8 +14,10 @@
 //!
 //! Round: capacity `C`, kubepods usage `K`, managed pods' usage `u_i` and
 //! whole-pod requests `r_i` give the real slack
-//! `S = C − reserve − (K − Σu_i) − Σ min(u_i, r_i)`, damped toward 0 by CPU
-//! contention: kubepods PSI stall minus the pods' own CFS throttling. `S` is
+//! `S = C − reserve − (K − Σu_i) − Σ min(u_i, r_i) − owed`, where `owed` is
+//! the CPU pods within their requests waited for while others held it
+//! (`crate::contention`: per-pod PSI `full` beyond their own throttling;
+//! never a managed pod's own queueing or throttling). `S` is
 //! water-filled over managed pods by request, each between its floor and
 //! ceiling, in whole quanta (`target = request + k·quantum`, floors and
 //! ceilings excepted). Container-level pods split their target over managed
@@ -55,8 +57,8 @@ pub struct NodeInputs<'a> {
     pub capacity_m: Millis,
     /// kubepods CPU usage over the last interval.
     pub kubepods_usage_m: Millis,
-    /// kubepods CPU stall: what throttling explains and the contention.
-    pub stall: slack_formula::StallInputs,
+    /// Who waited for CPU, and what displaced pods are owed.
+    pub contention: slack_formula::ContentionInputs,
     /// Cluster admits resizes of pods with pod-level resources; `None` = not probed.
     pub pod_level_resize_supported: Option<bool>,
 }
@@ -147,11 +149,10 @@ pub struct NodeDecision {
     pub other_usage_m: Millis,
     /// Σ min(u_i, r_i) over managed pods.
     pub managed_within_request_m: Millis,
-    /// Slack before damping (may be negative).
+    /// Slack before what displaced pods are owed (may be negative).
     pub raw_slack_m: i64,
-    pub stall: slack_formula::StallInputs,
-    pub damping_factor: f64,
-    /// Slack handed out: `max(raw, 0) × damping`.
+    pub contention: slack_formula::ContentionInputs,
+    /// Slack handed out: `max(raw − owed, 0)`.
     pub slack_m: Millis,
     pub managed_pods: usize,
     /// Σ(target − request) over managed pods.
@@ -159,9 +160,10 @@ pub struct NodeDecision {
 }
 
 impl NodeDecision {
-    /// Pressure is shrinking the slack: lowerings skip their dead band.
+    /// Pods within their requests wait for CPU: lowerings skip most of
+    /// their dead band.
     pub fn under_pressure(&self) -> bool {
-        self.damping_factor < 1.0
+        self.contention.demand_m > 0
     }
 }
 
@@ -313,8 +315,7 @@ pub fn decide(
         node.kubepods_usage_m,
         &usages,
     );
-    let damping = slack_formula::damping(node.stall.contention_pct, cfg);
-    let slack_m = slack_formula::damped(raw.raw_slack_m, damping);
+    let slack_m = slack_formula::after_demand(raw.raw_slack_m, node.contention.demand_m);
 
     // Fill in uid order so ties do not depend on the caller's order.
     let mut order: Vec<usize> = (0..managed.len()).collect();
@@ -364,8 +365,7 @@ pub fn decide(
         other_usage_m: raw.other_usage_m,
         managed_within_request_m: raw.managed_within_request_m,
         raw_slack_m: raw.raw_slack_m,
-        stall: node.stall,
-        damping_factor: damping,
+        contention: node.contention,
         slack_m,
         managed_pods: managed.len(),
         allocated_m: allocated,

@@ -1,9 +1,7 @@
 //! Policy-side slack arithmetic: real slack with the own-burst correction,
-//! and pressure damping that tells contention from self-inflicted throttling.
+//! less what pods displaced within their requests are owed.
 
 use crate::model::Millis;
-
-use super::config::PolicyConfig;
 
 /// One managed pod's share of the slack formula.
 #[derive(Debug, Clone, Copy)]
@@ -45,54 +43,29 @@ pub fn raw_slack(
     }
 }
 
-/// kubepods CPU stall of the round, percent of wall time: plain figures
-/// from the slack layer (`crate::node_slack::Stall`).
+/// The round's contention: plain figures from [`crate::contention`].
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
-pub struct StallInputs {
-    /// PSI `some` stall over the last interval.
+pub struct ContentionInputs {
+    /// kubepods PSI `some` over the last interval: everything that waited,
+    /// a pod's own threads and throttling included (display only).
     pub some_pct: f64,
-    /// The part of it the pods' own CFS throttling explains.
+    /// The part of it the pods' own CFS throttling explains (display only).
     pub throttling_pct: f64,
-    /// Contention, the rest, smoothed over a few seconds: what damps.
-    pub contention_pct: f64,
+    /// Pods within their request that other cgroups displaced this interval.
+    pub displaced_pods: usize,
+    /// CPU owed to them, held across ticks: what managed pods give back.
+    pub demand_m: Millis,
 }
 
-/// Damping factor from contention (percent): 1 below `pressure_start_pct`,
-/// falling linearly to 0 at `pressure_full_pct`.
+/// Slack after what displaced pods are owed, never negative.
 ///
-/// Contention excludes stall from CFS throttling: the kernel counts a
-/// throttled task as stalled, so a pod throttled at its own limit on an idle
-/// node would otherwise read as a full node and be lowered to its floor by
-/// its own throttling.
-pub fn damping(contention_pct: f64, cfg: &PolicyConfig) -> f64 {
-    let c = if contention_pct.is_finite() {
-        contention_pct
-    } else {
-        0.0
-    };
-    if c < cfg.pressure_start_pct {
-        return 1.0;
-    }
-    let span = cfg.pressure_full_pct - cfg.pressure_start_pct;
-    let x = if span > 0.0 {
-        (c - cfg.pressure_start_pct) / span
-    } else {
-        1.0
-    };
-    (1.0 - x).clamp(0.0, 1.0)
-}
-
-/// Slack after damping, never negative.
-pub fn damped(raw_slack_m: i64, factor: f64) -> Millis {
-    if raw_slack_m <= 0 {
-        return 0;
-    }
-    let f = if factor.is_finite() {
-        factor.clamp(0.0, 1.0)
-    } else {
-        0.0
-    };
-    (raw_slack_m as f64 * f) as Millis
+/// Only displacement of a pod within its request takes slack back: a
+/// managed pod's own queued threads or its own throttling read as `some`
+/// (and throttling as `full`) but nobody else waits for the CPU it would
+/// be denied.
+pub fn after_demand(raw_slack_m: i64, demand_m: Millis) -> Millis {
+    let demand = i64::try_from(demand_m).unwrap_or(i64::MAX);
+    raw_slack_m.saturating_sub(demand).max(0) as Millis
 }
 
 #[cfg(test)]
@@ -117,7 +90,7 @@ mod tests {
     fn full_node_gives_negative_raw_slack_and_zero_damped() {
         let s = raw_slack(1000, 100, 2000, &[]);
         assert_eq!(s.raw_slack_m, -1100);
-        assert_eq!(damped(s.raw_slack_m, 1.0), 0);
+        assert_eq!(after_demand(s.raw_slack_m, 0), 0);
     }
 
     #[test]
@@ -128,22 +101,11 @@ mod tests {
     }
 
     #[test]
-    fn low_contention_is_not_damped() {
-        assert_eq!(damping(5.0, &PolicyConfig::default()), 1.0);
-        assert_eq!(damping(f64::NAN, &PolicyConfig::default()), 1.0);
-    }
-
-    #[test]
-    fn contention_is_damped_linearly() {
-        let cfg = PolicyConfig::default();
-        assert!((damping(25.0, &cfg) - 0.5).abs() < 1e-9);
-        assert_eq!(damping(40.0, &cfg), 0.0);
-        assert_eq!(damping(90.0, &cfg), 0.0);
-    }
-
-    #[test]
-    fn damped_scales_and_rounds_down() {
-        assert_eq!(damped(1001, 0.5), 500);
-        assert_eq!(damped(1000, f64::NAN), 0);
+    fn demand_is_taken_from_the_slack_down_to_zero() {
+        assert_eq!(after_demand(1000, 300), 700);
+        assert_eq!(after_demand(1000, 0), 1000);
+        assert_eq!(after_demand(200, 300), 0);
+        assert_eq!(after_demand(-50, 0), 0);
+        assert_eq!(after_demand(i64::MAX, Millis::MAX), 0);
     }
 }

@@ -43,7 +43,7 @@ fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
         namespace_opted_in: true,
         ..input(&p, 0)
     }];
-    let (n, ds) = decide(&node(4000, 0, 0.0), &inputs, &PolicyConfig::default());
+    let (n, ds) = decide(&node(4000, 0, 0), &inputs, &PolicyConfig::default());
     assert_eq!(ds[0].ceiling_m, Some(100));
     assert_eq!(ds[0].target_m, Some(100));
     let mut bucket = TokenBucket::new(100.0, 100);
@@ -71,8 +71,8 @@ fn full_pressure_target(
         declared: known,
         ..input(p, 150)
     }];
-    // Contention at pressure_full_pct: the slack is damped to zero.
-    let (_, ds) = decide(&node(2000, 1900, 40.0), &inputs, &cfg);
+    // More owed to displaced pods than the slack: none left.
+    let (_, ds) = decide(&node(2000, 1900, 10_000), &inputs, &cfg);
     (ds[0].target_m, ds[0].floor.expect("managed"))
 }
 
@@ -128,11 +128,7 @@ fn a_pod_in_a_resize_keeps_its_own_burst_out_of_other_usage() {
     let mut busy = simple("busy", 200, Some(800));
     // busy uses 700m: 500m above its request.
     let round = |busy: &PodView| {
-        let (n, _) = decide(
-            &node(4000, 700, 0.0),
-            &[input(&a, 0), input(busy, 700)],
-            &cfg,
-        );
+        let (n, _) = decide(&node(4000, 700, 0), &[input(&a, 0), input(busy, 700)], &cfg);
         n.raw_slack_m
     };
     let managed = round(&busy);
@@ -154,7 +150,7 @@ fn idle_node_gives_ceilings() {
     let a = simple("a", 100, Some(200));
     let b = simple("b", 250, Some(300));
     let (n, ds) = decide(
-        &node(4000, 50, 0.0),
+        &node(4000, 50, 0),
         &[input(&a, 10), input(&b, 10)],
         &PolicyConfig::default(),
     );
@@ -168,7 +164,7 @@ fn idle_node_gives_ceilings() {
 fn full_node_gives_floors() {
     let a = simple("a", 100, Some(400));
     let (n, ds) = decide(
-        &node(4000, 4000, 0.0),
+        &node(4000, 4000, 0),
         &[input(&a, 50)],
         &PolicyConfig::default(),
     );
@@ -181,10 +177,10 @@ fn full_node_gives_floors() {
 fn contention_pressure_lowers_targets() {
     let a = simple("a", 100, Some(400));
     let cfg = PolicyConfig::default();
-    let calm = decide(&node(4000, 3700, 0.0), &[input(&a, 50)], &cfg).1[0].target_m;
-    let hot = decide(&node(4000, 3700, 50.0), &[input(&a, 50)], &cfg);
+    let calm = decide(&node(4000, 3700, 0), &[input(&a, 50)], &cfg).1[0].target_m;
+    let hot = decide(&node(4000, 3700, 10_000), &[input(&a, 50)], &cfg);
     assert_eq!(calm, Some(300));
-    assert_eq!(hot.0.damping_factor, 0.0);
+    assert_eq!(hot.0.slack_m, 0);
     assert_eq!(hot.1[0].target_m, Some(100));
 }
 
@@ -194,7 +190,7 @@ fn unmanaged_pods_get_reasons_and_no_target() {
         "g",
         vec![container("c", res(Some(1), Some(1), Some(1), Some(1)))],
     );
-    let (n, ds) = decided(&g, 4000, 0, 0.0);
+    let (n, ds) = decided(&g, 4000, 0, 0);
     assert_eq!(n.managed_pods, 0);
     assert_eq!(ds[0].reason, Some(Unmanaged::Guaranteed));
     assert_eq!(ds[0].target_m, None);
@@ -209,7 +205,7 @@ fn container_level_split_by_request() {
             container("b", res(Some(300), Some(450), None, None)),
         ],
     );
-    let (_, ds) = decided(&p, 100_000, 0, 0.0);
+    let (_, ds) = decided(&p, 100_000, 0, 0);
     let d = &ds[0];
     assert_eq!(d.target_m, Some(1600));
     let parts: Vec<(&str, Millis)> = d
@@ -223,7 +219,7 @@ fn container_level_split_by_request() {
 #[test]
 fn decision_serializes_for_explain() {
     let a = simple("a", 100, Some(200));
-    let (n, ds) = decided(&a, 4000, 0, 0.0);
+    let (n, ds) = decided(&a, 4000, 0, 0);
     let j = serde_json::to_value((&n, &ds)).unwrap();
     assert_eq!(j[1][0]["level"], "containers");
     assert_eq!(j[1][0]["floor"]["floor_m"], 100);
@@ -307,7 +303,7 @@ fn run(
     pods: &[PodView],
     capacity_m: Millis,
     usage_m: Millis,
-    psi: f64,
+    owed_m: Millis,
     reserve_m: Millis,
 ) -> (NodeDecision, Vec<Decision>) {
     let cfg = PolicyConfig {
@@ -326,7 +322,7 @@ fn run(
             declared: None,
         })
         .collect();
-    decide(&node(capacity_m, usage_m, psi), &inputs, &cfg)
+    decide(&node(capacity_m, usage_m, owed_m), &inputs, &cfg)
 }
 
 /// Applies a plan to a copy of the pod, as the apiserver would.
@@ -353,8 +349,8 @@ fn apply(p: &PodView, pp: &PatchPlan) -> PodView {
 
 proptest! {
     #[test]
-    fn allocation_never_exceeds_slack(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
-        let (n, ds) = run(&pods, cap, usage, psi, 100);
+    fn allocation_never_exceeds_slack(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, owed in 0u64..3000) {
+        let (n, ds) = run(&pods, cap, usage, owed, 100);
         let floors_excess: Millis = ds.iter().filter_map(|d| d.floor_m().map(|f| f - d.request_m)).sum();
         let allocated: Millis = ds.iter().filter_map(|d| d.target_m.map(|t| t - d.request_m)).sum();
         prop_assert!(allocated <= n.slack_m.max(floors_excess), "allocated {} slack {} floors {}", allocated, n.slack_m, floors_excess);
@@ -363,7 +359,7 @@ proptest! {
 
     #[test]
     fn targets_lie_within_floor_and_ceiling(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000) {
-        let (_, ds) = run(&pods, cap, usage, 0.0, 100);
+        let (_, ds) = run(&pods, cap, usage, 0, 100);
         for d in ds.iter().filter(|d| d.managed) {
             let (t, f, c) = (d.target_m.unwrap(), d.floor_m().unwrap(), d.ceiling_m.unwrap());
             prop_assert!(f >= d.request_m);
@@ -380,8 +376,8 @@ proptest! {
     #[test]
     fn targets_never_fall_when_slack_rises(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, r1 in 0u64..5_000, r2 in 0u64..5_000) {
         let (lo_reserve, hi_reserve) = (r1.min(r2), r1.max(r2));
-        let (n_more, more) = run(&pods, cap, usage, 0.0, lo_reserve);
-        let (n_less, less) = run(&pods, cap, usage, 0.0, hi_reserve);
+        let (n_more, more) = run(&pods, cap, usage, 0, lo_reserve);
+        let (n_less, less) = run(&pods, cap, usage, 0, hi_reserve);
         prop_assert!(n_more.slack_m >= n_less.slack_m);
         for (a, b) in more.iter().zip(&less) {
             prop_assert!(a.target_m >= b.target_m, "{:?} < {:?}", a.target_m, b.target_m);
@@ -389,8 +385,8 @@ proptest! {
     }
 
     #[test]
-    fn plans_never_change_qos_or_break_apiserver_rules(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
-        let (n, ds) = run(&pods, cap, usage, psi, 100);
+    fn plans_never_change_qos_or_break_apiserver_rules(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, owed in 0u64..3000) {
+        let (n, ds) = run(&pods, cap, usage, owed, 100);
         let out = first_plan(&n, &ds, &PolicyConfig::default());
         for pp in &out.patches {
             let before = pods.iter().find(|p| p.uid == pp.uid).unwrap();
@@ -423,14 +419,14 @@ proptest! {
 
     #[test]
     fn decide_does_not_depend_on_pod_order(pods in arb_pods(), cap in 0u64..20_000) {
-        let (_, fwd) = run(&pods, cap, 0, 0.0, 100);
+        let (_, fwd) = run(&pods, cap, 0, 0, 100);
         let mut rev_pods = pods.clone();
         rev_pods.reverse();
         // Usage depends on the index in `run`; give both the same by zero usage.
         let cfg = PolicyConfig::default();
         let inputs = |ps: &[PodView]| -> (NodeDecision, Vec<Decision>) {
             let v: Vec<PodInput> = ps.iter().map(|p| input(p, 0)).collect();
-            decide(&node(cap, 0, 0.0), &v, &cfg)
+            decide(&node(cap, 0, 0), &v, &cfg)
         };
         let (_, a) = inputs(&pods);
         let (_, mut b) = inputs(&rev_pods);
@@ -442,8 +438,8 @@ proptest! {
 
 proptest! {
     #[test]
-    fn applied_plan_converges_with_no_further_patches(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
-        let (n, ds) = run(&pods, cap, usage, psi, 100);
+    fn applied_plan_converges_with_no_further_patches(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, owed in 0u64..3000) {
+        let (n, ds) = run(&pods, cap, usage, owed, 100);
         let cfg = PolicyConfig::default();
         let out = first_plan(&n, &ds, &cfg);
         let after: Vec<PodView> = pods
@@ -453,7 +449,7 @@ proptest! {
                 None => p.clone(),
             })
             .collect();
-        let (n2, ds2) = run(&after, cap, usage, psi, 100);
+        let (n2, ds2) = run(&after, cap, usage, owed, 100);
         let again = first_plan(&n2, &ds2, &cfg);
         prop_assert!(again.patches.is_empty(), "{:?}", again.patches);
     }
@@ -476,7 +472,7 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
             DEAD_BAND_PCT.0..=DEAD_BAND_PCT.1,
             DEAD_BAND_M.0..=DEAD_BAND_M.1,
         ),
-        (0.0f64..=99.0, 1.0f64..=100.0),
+        (0.0f64..=99.0, 0.5f64..=60.0),
         (
             PATCH_RATE_PER_S.0..=PATCH_RATE_PER_S.1,
             PATCH_BURST.0..=PATCH_BURST.1,
@@ -489,7 +485,7 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
                 (reserve, factor, q),
                 (rp, rm),
                 (lp, lm),
-                (ps, span),
+                (ps, window),
                 (rate, burst, cool, declared),
             )| {
                 PolicyConfig {
@@ -502,8 +498,7 @@ fn arb_config() -> impl Strategy<Value = PolicyConfig> {
                     lower_dead_band_m: lm,
                     raise_cooldown_s: cool,
                     pressure_start_pct: ps,
-                    pressure_full_pct: (ps + span).min(100.0).max(ps + 1.0),
-                    contention_window_s: 5.0,
+                    contention_window_s: window,
                     patch_rate_per_s: rate,
                     patch_burst: burst,
                     floor: if declared {
@@ -551,7 +546,7 @@ proptest! {
         let room: Millis = pods.iter().map(|&(r, _)| floors::scale(r, cfg.ceiling_factor)).sum();
         let capacity = cfg.reserve_m + room + 1000;
         let inputs: Vec<PodInput> = views.iter().map(|p| input(p, 0)).collect();
-        let (n, ds) = decide(&node(capacity, 0, 0.0), &inputs, &cfg);
+        let (n, ds) = decide(&node(capacity, 0, 0), &inputs, &cfg);
         let out = plan(&n, &ds, &HashMap::new(), 1e9, &mut TokenBucket::new(1000.0, 1000), &cfg);
         for (d, &(r, l)) in ds.iter().zip(&pods) {
             prop_assert!(d.managed, "{:?}", d.reason);
@@ -574,7 +569,7 @@ fn a_quantum_larger_than_the_headroom_does_not_collapse_the_ceiling() {
         ..Default::default()
     };
     let p = simple("a", 100, Some(150));
-    let (n, ds) = decide(&node(4000, 0, 0.0), &[input(&p, 0)], &cfg);
+    let (n, ds) = decide(&node(4000, 0, 0), &[input(&p, 0)], &cfg);
     assert_eq!(ds[0].ceiling_m, Some(150));
     assert_eq!(ds[0].target_m, Some(150));
     let out = first_plan(&n, &ds, &cfg);
@@ -650,8 +645,8 @@ fn check_reason(n: &NodeDecision, d: &Decision, pp: &PatchPlan) -> Result<(), St
 
 proptest! {
     #[test]
-    fn every_reason_states_only_facts_of_the_round(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, psi in 0.0f64..60.0) {
-        let (n, ds) = run(&pods, cap, usage, psi, 100);
+    fn every_reason_states_only_facts_of_the_round(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, owed in 0u64..3000) {
+        let (n, ds) = run(&pods, cap, usage, owed, 100);
         let out = first_plan(&n, &ds, &PolicyConfig::default());
         for pp in &out.patches {
             let d = ds.iter().find(|d| d.uid == pp.uid).unwrap();
@@ -667,7 +662,7 @@ proptest! {
         // allowed is to a ceiling the user annotated below the limit.
         let cfg = PolicyConfig::default();
         let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
-        let (n, ds) = decide(&node(1_000_000, 0, 0.0), &inputs, &cfg);
+        let (n, ds) = decide(&node(1_000_000, 0, 0), &inputs, &cfg);
         let out = first_plan(&n, &ds, &cfg);
         for pp in out.patches.iter().filter(|pp| pp.direction == Direction::Lower && pp.old_total_m.is_some()) {
             let p = pods.iter().find(|p| p.uid == pp.uid).unwrap();
@@ -685,7 +680,7 @@ fn lowering_reasons_name_this_rounds_slack_not_a_change() {
     let inputs = [input(&a, 0), input(&b, 0)];
     let cfg = PolicyConfig::default();
     // 100m reserve, 100m of other usage: 300m of slack over two pods.
-    let (n, ds) = decide(&node(500, 100, 0.0), &inputs, &cfg);
+    let (n, ds) = decide(&node(500, 100, 0), &inputs, &cfg);
     let out = first_plan(&n, &ds, &cfg);
     assert_eq!(out.patches.len(), 2, "{out:?}");
     for pp in &out.patches {

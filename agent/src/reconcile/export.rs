@@ -30,8 +30,12 @@ pub fn node_values(
         booked_slack_millicores: allocatable.map_or(0.0, |a| a as f64 - booked as f64),
         pressure_some_ratio: slack.pressure_some_avg10.unwrap_or(0.0) / 100.0,
         pressure_full_ratio: slack.pressure_full_avg10.map(|p| p / 100.0),
-        throttling_stall_ratio: round.node.stall.throttling_pct / 100.0,
-        contention_ratio: round.node.stall.contention_pct / 100.0,
+        throttling_stall_ratio: round.node.contention.throttling_pct / 100.0,
+        contention_ratio: if slack.capacity_m > 0 {
+            round.node.contention.demand_m as f64 / slack.capacity_m as f64
+        } else {
+            0.0
+        },
     }
 }
 

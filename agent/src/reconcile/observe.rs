@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use super::Agent;
 use crate::cgroup::{self, Depth, NodeSnapshot, PodCgroup, ScanError};
+use crate::contention::{self, Contention, Gate, HeldDemand};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
-use crate::model::{PodView, Qos};
-use crate::node_slack::{self, CapacityInputs, ContentionAverage, NodeSlack, UsageBasis};
+use crate::model::{Millis, PodView, Qos};
+use crate::node_slack::{self, CapacityInputs, NodeSlack, UsageBasis};
 
 /// Minimum time between full scans triggered by a pod whose cgroup is not
 /// known yet (a Running pod without a cgroup must not force one every tick).
@@ -49,8 +50,8 @@ type ScanTask = tokio::task::JoinHandle<Result<NodeSnapshot, ScanError>>;
 pub(super) struct ScanState {
     /// Last tick's snapshot: rates are measured against it.
     pub prev: Option<NodeSnapshot>,
-    /// kubepods contention (stall minus throttling), smoothed across ticks.
-    contention: ContentionAverage,
+    /// CPU owed to displaced pods within their requests, held across ticks.
+    held: HeldDemand,
     /// Last full scan: where every pod's cgroup is (shared with the scan
     /// task on the blocking pool).
     pub index: Option<Arc<NodeSnapshot>>,
@@ -74,7 +75,7 @@ impl ScanState {
     pub fn new() -> Self {
         Self {
             prev: None,
-            contention: ContentionAverage::default(),
+            held: HeldDemand::default(),
             index: None,
             index_uids: HashSet::new(),
             stuck: None,
@@ -114,8 +115,10 @@ pub(super) struct Observation {
     pub views: Vec<PodView>,
     pub cur: NodeSnapshot,
     pub slack: NodeSlack,
-    /// The slack's contention as smoothed across ticks.
-    pub contention_pct: f64,
+    /// Who waited for CPU this interval.
+    pub contention: Contention,
+    /// What managed pods give back for it, held across ticks.
+    pub held_demand_m: Millis,
     /// Whether `cur` is a full scan (every pod, every file).
     pub full: bool,
 }
@@ -158,7 +161,6 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             online_cpus: self.online_cpus,
         };
         let slack = node_slack::measure(&prev, &snap, cap);
-        drop(prev);
         if slack.usage_basis != UsageBasis::Kubepods {
             // kubepods' counter went backwards (or time did not advance): the
             // interval's usage is unknown, and reading it as 0 would hand out
@@ -168,8 +170,10 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             self.scan.prev = Some(snap);
             return None;
         }
-        let contention_pct = self.scan.contention.update(
-            slack.stall.as_ref(),
+        let contention = self.attribute(&prev, &snap, &slack, &views);
+        drop(prev);
+        let held_demand_m = self.scan.held.update(
+            contention.demand_m,
             slack.interval_us,
             self.settings.policy.contention_window_s,
         );
@@ -177,7 +181,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             views,
             cur: snap,
             slack,
-            contention_pct,
+            contention,
+            held_demand_m,
             full,
         })
     }
@@ -198,18 +203,23 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let layout = self.layout.clone();
         let index = if full { None } else { self.scan.index.clone() };
         let inflight: HashSet<String> = self.resizes.uids().cloned().collect();
+        let gate = Gate::after(self.scan.prev.as_ref());
         let mut task = tokio::task::spawn_blocking(move || match index {
             // Every Burstable pod's usage is read each tick, not only the
             // managed ones': a pod that turns managed (or leaves a resize)
             // with no usage yet would count its burst as other pods' usage
             // for a tick and make the slack jump. Guaranteed pods too: their
             // throttling is part of the stall that is not contention
-            // (`node_slack::Stall`). BestEffort pods have no quota to throttle.
-            Some(index) => cgroup::rescan(&root, &index, at_us, |p| {
+            // (`node_slack::Stall`). BestEffort pods have no quota to throttle
+            // and no request to be owed. Their pressure only while kubepods
+            // stalls (`contention::Gate`): a calm node reads none.
+            Some(index) => cgroup::rescan(&root, &index, at_us, |p, kubepods| {
                 if inflight.contains(&p.uid) {
                     Depth::Full
                 } else if p.qos == Qos::BestEffort {
                     Depth::Skip
+                } else if gate.open(kubepods, at_us) {
+                    Depth::StatPressure
                 } else {
                     Depth::Stat
                 }
@@ -223,6 +233,21 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 Err(TickError::Timeout(deadline))
             }
         }
+    }
+
+    /// Who waited for CPU between `prev` and `cur` (see [`contention`]).
+    fn attribute(
+        &self,
+        prev: &NodeSnapshot,
+        cur: &NodeSnapshot,
+        slack: &NodeSlack,
+        views: &[PodView],
+    ) -> Contention {
+        let t = contention::Thresholds {
+            min_pct_of_request: self.settings.policy.pressure_start_pct,
+            cpus: self.online_cpus,
+        };
+        contention::attribute(prev, cur, slack, &contention::requests(views), t)
     }
 
     /// Counts every read error of the snapshot; logs them when they change.

@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
+use crate::contention::Contention;
 use crate::model::{DeclaredLimits, Millis, PodView};
 use crate::node_slack::NodeSlack;
 use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
@@ -16,14 +17,15 @@ pub struct Round {
 }
 
 /// Runs the policy over this node's pods with the measured slack;
-/// `contention_pct` is the slack's contention as the caller smooths it
-/// ([`crate::node_slack::ContentionAverage`]).
+/// `contention` says who waited this interval, `owed_m` what displaced pods
+/// are owed as the caller holds it ([`crate::contention::HeldDemand`]).
 #[allow(clippy::too_many_arguments)]
 pub fn observe_round(
     node_name: &str,
     views: &[PodView],
     slack: &NodeSlack,
-    contention_pct: f64,
+    contention: &Contention,
+    owed_m: Millis,
     opted_in_namespaces: &HashSet<String>,
     learned_floors: &HashMap<String, Millis>,
     declared: &HashMap<String, DeclaredLimits>,
@@ -58,10 +60,11 @@ pub fn observe_round(
         node_name,
         capacity_m: slack.capacity_m,
         kubepods_usage_m: slack.usage_m,
-        stall: policy::slack_formula::StallInputs {
-            some_pct: slack.stall.map_or(0.0, |s| s.some_pct),
-            throttling_pct: slack.stall.map_or(0.0, |s| s.throttling_pct),
-            contention_pct,
+        contention: policy::slack_formula::ContentionInputs {
+            some_pct: contention.some_pct,
+            throttling_pct: contention.throttling_pct,
+            displaced_pods: contention.owed().count(),
+            demand_m: owed_m,
         },
         pod_level_resize_supported: pod_level_supported,
     };

@@ -404,3 +404,130 @@ async fn a_stale_cache_never_verifies_a_resize() {
     assert_eq!(h.metric(RESIZES, &raise("unverified")), 1.0);
     assert_eq!(h.agent.resizes.in_flight(), 0);
 }
+
+const NBR_UID: &str = "7a6b5c4d-3e2f-4a1b-9c8d-7e6f5a4b3c2d";
+const NBR_APP: &str = "1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b";
+
+fn psi(some_us: u64, full_us: u64) -> String {
+    format!(
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total={some_us}\n\
+         full avg10=0.00 avg60=0.00 avg300=0.00 total={full_us}\n"
+    )
+}
+
+/// Pod `other/nbr`, not opted in: request 800m, no limit.
+fn neighbour() -> Pod {
+    let res = json!({"requests": {"cpu": "800m"}});
+    serde_json::from_value(json!({
+        "metadata": {"name": "nbr", "namespace": "other", "uid": NBR_UID, "generation": 1,
+            "resourceVersion": "1"},
+        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "i", "resources": res}]},
+        "status": {"phase": "Running", "qosClass": "Burstable", "observedGeneration": 1,
+            "containerStatuses": [{"name": "app", "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0, "containerID": format!("containerd://{NBR_APP}"),
+                "state": {"running": {}}, "resources": res}]}
+    }))
+    .unwrap()
+}
+
+/// Cumulative counters a test advances each second for one cgroup.
+#[derive(Default)]
+struct Counters {
+    usage_us: u64,
+    some_us: u64,
+    full_us: u64,
+}
+
+impl Counters {
+    /// One second: `usage_m` used, `some`/`full` ms of stall.
+    fn second(&mut self, dir: &Path, usage_m: Millis, some_ms: u64, full_ms: u64) {
+        self.usage_us += usage_m * 1000;
+        self.some_us += some_ms * 1000;
+        self.full_us += full_ms * 1000;
+        write(dir, "cpu.stat", &cpu_stat(self.usage_us));
+        write(dir, "cpu.pressure", &psi(self.some_us, self.full_us));
+    }
+}
+
+impl Harness {
+    /// Raised to 400m and applied, with the neighbour's cgroup and pod
+    /// (idle) beside it; the pod's lowering cooldown is over.
+    async fn raised_with_a_neighbour() -> (Self, PathBuf) {
+        let mut h = Self::raised().await;
+        h.kubelet_resized(2, 400);
+        let nbr_dir = h.kubepods.join("kubepods-burstable.slice").join(format!(
+            "kubepods-burstable-pod{}.slice",
+            NBR_UID.replace('-', "_")
+        ));
+        cgroup(&nbr_dir, "max 100000");
+        cgroup(
+            &nbr_dir.join(format!("cri-containerd-{NBR_APP}.scope")),
+            "max 100000",
+        );
+        h.pods
+            .apply_watcher_event(&watcher::Event::Apply(neighbour()));
+        h.agent.scan.audit_requested = true; // find the new cgroup
+        h.tick().await;
+        h.tick().await;
+        assert_eq!(h.resizes().len(), 1, "only the raise so far");
+        (h, nbr_dir)
+    }
+}
+
+/// The managed pod's own threads queue behind each other (its `some` at
+/// 100 %, its `full` at 0, kubepods `some` at 100 %): nobody else waits, so
+/// it is never lowered, though kubepods-wide stall minus throttling reads
+/// 100 % contention.
+#[tokio::test]
+async fn own_threads_queueing_never_lowers_a_raised_pod() {
+    let (mut h, _) = Harness::raised_with_a_neighbour().await;
+    let (mut kp, mut web) = (Counters::default(), Counters::default());
+    h.busy_m = 400;
+    for _ in 0..30 {
+        kp.second(&h.kubepods, 0, 1000, 0);
+        web.second(&h.pod_dir, 400, 1000, 0);
+        let round = h.tick().await.expect("a round");
+        assert_eq!(round.node.contention.demand_m, 0);
+    }
+    assert_eq!(h.resizes().len(), 1, "nothing but the first raise");
+}
+
+/// A neighbour within its request (800m) gets 500m and waits 300 ms a
+/// second: the tick after kubepods starts to stall reads every pod's
+/// pressure, the next one compares and lowers the managed pod by what the
+/// neighbour is owed.
+#[tokio::test]
+async fn a_neighbour_displaced_within_its_request_lowers_on_the_second_tick() {
+    let (mut h, nbr_dir) = Harness::raised_with_a_neighbour().await;
+    let (mut kp, mut web, mut nbr) = (
+        Counters::default(),
+        Counters::default(),
+        Counters::default(),
+    );
+    // Baseline: the node is calm and nothing reads pods' pressure.
+    kp.second(&h.kubepods, 0, 0, 0);
+    h.tick().await;
+    let sent = h.resizes().len();
+    h.busy_m = 3900;
+    let mut lowered_at = None;
+    for t in 1..=4 {
+        kp.second(&h.kubepods, 0, 1000, 0);
+        web.second(&h.pod_dir, 400, 1000, 0);
+        nbr.second(&nbr_dir, 500, 300, 300);
+        h.script([Reply::Applied { generation: 3 }]);
+        let round = h.tick().await.expect("a round");
+        if h.resizes().len() > sent {
+            lowered_at = Some((t, round));
+            break;
+        }
+    }
+    let (t, round) = lowered_at.expect("lowered within 4 ticks");
+    assert_eq!(t, 2, "a delta needs two reads of the neighbour's pressure");
+    assert_eq!(round.node.contention.demand_m, 300);
+    assert_eq!(round.node.contention.displaced_pods, 1);
+    let sent = h.resizes().last().cloned().unwrap();
+    let LimitChange::Containers(cs) = &sent.change else {
+        panic!("{sent:?}")
+    };
+    assert!(cs[0].cpu_limit_m < 400, "{sent:?}");
+}

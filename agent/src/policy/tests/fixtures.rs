@@ -71,20 +71,22 @@ pub(in crate::policy) fn why(p: &PodView) -> Option<Unmanaged> {
     eligibility(p, &ctx(Some(true))).err()
 }
 
-/// NODE with this capacity and usage; `psi` is all contention.
+/// NODE with this capacity and usage; `owed_m` is owed to one displaced
+/// pod within its request.
 pub(in crate::policy) fn node(
     capacity_m: Millis,
     usage_m: Millis,
-    psi: f64,
+    owed_m: Millis,
 ) -> NodeInputs<'static> {
     NodeInputs {
         node_name: NODE,
         capacity_m,
         kubepods_usage_m: usage_m,
-        stall: slack_formula::StallInputs {
-            some_pct: psi,
+        contention: slack_formula::ContentionInputs {
+            some_pct: if owed_m > 0 { 100.0 } else { 0.0 },
             throttling_pct: 0.0,
-            contention_pct: psi,
+            displaced_pods: usize::from(owed_m > 0),
+            demand_m: owed_m,
         },
         pod_level_resize_supported: Some(true),
     }
@@ -99,10 +101,10 @@ pub(in crate::policy) fn decided(
     p: &PodView,
     capacity_m: Millis,
     usage_m: Millis,
-    psi: f64,
+    owed_m: Millis,
 ) -> (NodeDecision, Vec<Decision>) {
     decide(
-        &node(capacity_m, usage_m, psi),
+        &node(capacity_m, usage_m, owed_m),
         &[input(p, 0)],
         &PolicyConfig::default(),
     )

@@ -1,0 +1,239 @@
+//! Who waits for CPU, per cgroup: the contention signal.
+//!
+//! kubepods `cpu.pressure some` mixes three things the kernel (≥ 5.13) keeps
+//! apart per cgroup (docs/kubelet-behaviour.md §8):
+//! - a cgroup's own threads queued behind each other: `some` without `full`;
+//! - its tasks throttled by its own `cpu.max`: `full` (and `some`);
+//! - its tasks displaced by other cgroups' tasks: `full` beyond its own
+//!   throttling.
+//!
+//! Only the last, for a pod that is within its CPU request, is someone else
+//! waiting for CPU Headroom lent out: that amount, sized per pod, is what the
+//! policy takes back from managed pods above their requests. A managed pod's
+//! own queueing or throttling never lowers it.
+//!
+//! Reading is tiered: per-pod `cpu.pressure` only while the kubepods
+//! aggregate shows a stall ([`Gate`]); a calm node reads no pod's pressure.
+//! Pure: the caller reads the files.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::cgroup::{CgroupSample, NodeSnapshot, PodCgroup, Pressure};
+use crate::model::{Millis, PodView};
+use crate::node_slack::NodeSlack;
+
+/// kubepods stall (Δ`some total` / interval) at or above which per-pod
+/// pressure is read. Any pod task that waits is a kubepods task that waits,
+/// so below this no pod was displaced by more than about this share of wall
+/// time; 0.5 % of wall is half the smallest displacement that can count
+/// ([`MIN_DISPLACED_M`] on one CPU).
+pub const GATE_PCT: f64 = 0.5;
+
+/// The least displacement (millicores of CPU a pod waited for) that counts,
+/// whatever its request: a wake-up that waited a few ms is scheduling, not
+/// contention.
+pub const MIN_DISPLACED_M: Millis = 10;
+
+/// Decides, from kubepods alone, whether this tick reads pods' pressure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gate {
+    prev_some_us: Option<u64>,
+    prev_at_us: u64,
+}
+
+impl Gate {
+    /// From the previous snapshot's kubepods (none: first tick, open).
+    pub fn after(prev: Option<&NodeSnapshot>) -> Gate {
+        Gate {
+            prev_some_us: prev.and_then(|p| p.kubepods.pressure.map(|ps| ps.some.total_us)),
+            prev_at_us: prev.map_or(0, |p| p.at_us),
+        }
+    }
+
+    /// Whether kubepods stalled at least [`GATE_PCT`] of the time since the
+    /// previous snapshot. Open when it cannot tell (no PSI before, counter
+    /// reset): a missed displacement costs more than a few reads.
+    pub fn open(&self, kubepods_now: &CgroupSample, at_us: u64) -> bool {
+        let (Some(prev), Some(now)) = (self.prev_some_us, kubepods_now.pressure) else {
+            return true;
+        };
+        let dt = at_us.saturating_sub(self.prev_at_us);
+        match now.some.total_us.checked_sub(prev) {
+            Some(d) if dt > 0 => d as f64 * 100.0 / dt as f64 >= GATE_PCT,
+            _ => true,
+        }
+    }
+}
+
+/// One pod that waited for CPU other cgroups held.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Displaced {
+    pub uid: String,
+    /// Δ`full` beyond its own throttling over the interval, µs (wall time).
+    pub displaced_us: u64,
+    /// CPU it waited for, millicores: `displaced_us` as a rate, times the
+    /// CPUs its request spans (a pod's `full` is averaged over the CPUs it
+    /// runs on, so a pod on two CPUs displaced on both reads half of what it
+    /// lost).
+    pub displaced_m: Millis,
+    pub usage_m: Millis,
+    pub request_m: Millis,
+    /// Used less than its request: what it waited for was its own.
+    pub within_request: bool,
+    /// What it is owed: `min(request − usage, displaced)` when it counts
+    /// (within its request, past the threshold), else 0.
+    pub deficit_m: Millis,
+}
+
+/// The contention of one interval.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Contention {
+    /// kubepods Δ`some` / interval, percent (everything that waited).
+    pub some_pct: f64,
+    /// Σ pods' own throttled time / interval, percent (display only).
+    pub throttling_pct: f64,
+    /// Whether per-pod pressure was compared this interval (both snapshots
+    /// read it).
+    pub per_pod: bool,
+    /// Pods displaced past [`MIN_DISPLACED_M`], largest first.
+    pub displaced: Vec<Displaced>,
+    /// Σ deficit of the pods that count: CPU managed pods give back.
+    pub demand_m: Millis,
+}
+
+impl Contention {
+    /// Pods that count (within their request, past the threshold).
+    pub fn owed(&self) -> impl Iterator<Item = &Displaced> {
+        self.displaced.iter().filter(|d| d.deficit_m > 0)
+    }
+}
+
+/// Attribution settings (from the policy config).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Thresholds {
+    /// A pod within its request counts once it waited for at least this
+    /// percent of its request (`pressure_start_pct`).
+    pub min_pct_of_request: f64,
+    /// CPUs of the node: bounds how many CPUs a request spans.
+    pub cpus: u64,
+}
+
+fn full_us(p: &Pressure) -> Option<u64> {
+    p.full.map(|f| f.total_us)
+}
+
+fn pod_pressure(p: &PodCgroup) -> Option<Pressure> {
+    p.sample.as_ref().ok()?.pressure
+}
+
+/// uid → CPU request of each pod, as [`attribute`] takes them.
+pub fn requests(views: &[PodView]) -> HashMap<&str, Millis> {
+    views
+        .iter()
+        .map(|v| (v.uid.as_str(), v.cpu_request()))
+        .collect()
+}
+
+/// Attributes the interval's stall to pods. `requests` maps uid → the pod's
+/// CPU request (pods not in it, e.g. not in the watch cache yet, count as
+/// requesting nothing).
+pub fn attribute(
+    prev: &NodeSnapshot,
+    cur: &NodeSnapshot,
+    slack: &NodeSlack,
+    requests: &HashMap<&str, Millis>,
+    t: Thresholds,
+) -> Contention {
+    let dt = slack.interval_us;
+    let mut out = Contention {
+        some_pct: slack.stall.map_or(0.0, |s| s.some_pct),
+        throttling_pct: slack.stall.map_or(0.0, |s| s.throttling_pct),
+        ..Contention::default()
+    };
+    if dt == 0 {
+        return out;
+    }
+    let before: HashMap<&str, Pressure> = prev
+        .pods
+        .iter()
+        .filter_map(|p| Some((p.uid.as_str(), pod_pressure(p)?)))
+        .collect();
+    for (cg, usage) in cur.pods.iter().zip(&slack.pods) {
+        debug_assert_eq!(cg.uid, usage.uid);
+        let (Some(now), Some(then)) = (pod_pressure(cg), before.get(cg.uid.as_str())) else {
+            continue;
+        };
+        out.per_pod = true;
+        let Some(full) = full_us(&now).zip(full_us(then)) else {
+            continue;
+        };
+        let Some(waited) = full.0.checked_sub(full.1) else {
+            continue; // counter reset: the cgroup was recreated
+        };
+        let displaced_us = waited.saturating_sub(usage.throttled_us.unwrap_or(0));
+        let request_m = requests.get(cg.uid.as_str()).copied().unwrap_or(0);
+        let spans = request_m.div_ceil(1000).clamp(1, t.cpus.max(1));
+        let displaced_m =
+            ((u128::from(displaced_us) * 1000 / u128::from(dt)) as Millis).saturating_mul(spans);
+        if displaced_m < MIN_DISPLACED_M {
+            continue;
+        }
+        let usage_m = usage.usage_m.unwrap_or(0);
+        let within_request = usage_m < request_m;
+        let threshold = (request_m as f64 * t.min_pct_of_request / 100.0).ceil() as Millis;
+        let deficit_m = if within_request && displaced_m >= threshold.max(MIN_DISPLACED_M) {
+            (request_m - usage_m).min(displaced_m)
+        } else {
+            0
+        };
+        out.displaced.push(Displaced {
+            uid: cg.uid.clone(),
+            displaced_us,
+            displaced_m,
+            usage_m,
+            request_m,
+            within_request,
+            deficit_m,
+        });
+    }
+    out.displaced
+        .sort_by(|a, b| b.displaced_m.cmp(&a.displaced_m).then(a.uid.cmp(&b.uid)));
+    out.demand_m = out.owed().map(|d| d.deficit_m).sum();
+    out
+}
+
+/// The demand managed pods give back, held across ticks: it rises at once
+/// (the first interval that shows a displaced pod lowers), and falls with
+/// time constant `window_s` (`contention_window_s`), so the tick after a
+/// lowering, when the neighbour no longer waits, does not hand the CPU
+/// straight back. The neighbour's usage, now unhindered, keeps the slack
+/// down from then on.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HeldDemand {
+    value: f64,
+}
+
+impl HeldDemand {
+    pub fn update(&mut self, demand_m: Millis, dt_us: u64, window_s: f64) -> Millis {
+        let e = (-(dt_us as f64 / 1e6) / window_s.max(1e-3)).exp();
+        let decayed = self.value * e;
+        self.value = decayed.max(demand_m as f64);
+        if !self.value.is_finite() {
+            self.value = 0.0;
+        }
+        // Below one millicore is nothing.
+        if self.value < 1.0 {
+            self.value = 0.0;
+        }
+        self.value as Millis
+    }
+
+    pub fn value(&self) -> Millis {
+        self.value as Millis
+    }
+}
+
+#[cfg(test)]
+mod tests;
