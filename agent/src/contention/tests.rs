@@ -84,6 +84,14 @@ fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Conte
     attribute(a, b, &slack, &req, T)
 }
 
+/// Pod "n" alone (kubepods idle) from zero counters to `later` in one
+/// second, requesting `request_m`.
+fn alone(request_m: Millis, later: At) -> Contention {
+    let a = snap(0, At::default(), vec![pod("n", At::default(), true)]);
+    let b = snap(SEC, At::default(), vec![pod("n", later, true)]);
+    run(&a, &b, &[("n", request_m)])
+}
+
 #[test]
 fn own_threads_queueing_is_not_contention() {
     // 4 busy threads on 2 CPUs, alone: some 100 %, full ~0, usage 2000m on a
@@ -189,44 +197,31 @@ fn a_neighbour_displaced_within_its_request_is_owed_what_it_waited_for() {
 #[test]
 fn what_a_pod_is_owed_is_capped_at_its_unmet_request() {
     // Displaced 500 ms but only 100m short of its request.
-    let a = snap(0, At::default(), vec![pod("n", At::default(), true)]);
-    let b = snap(
-        SEC,
-        At::default(),
-        vec![pod(
-            "n",
-            At {
-                usage: 700_000,
-                some: 500_000,
-                full: 500_000,
-                ..At::default()
-            },
-            true,
-        )],
+    let c = alone(
+        800,
+        At {
+            usage: 700_000,
+            some: 500_000,
+            full: 500_000,
+            ..At::default()
+        },
     );
-    assert_eq!(run(&a, &b, &[("n", 800)]).demand_m, 100);
+    assert_eq!(c.demand_m, 100);
 }
 
 #[test]
 fn a_pod_above_its_request_is_displaced_but_not_owed() {
     // The usage-based slack already counts a burster's usage; its wait for
     // more is not a claim on anyone's CPU.
-    let a = snap(0, At::default(), vec![pod("h", At::default(), true)]);
-    let b = snap(
-        SEC,
-        At::default(),
-        vec![pod(
-            "h",
-            At {
-                usage: 1_200_000,
-                some: 600_000,
-                full: 400_000,
-                ..At::default()
-            },
-            true,
-        )],
+    let c = alone(
+        100,
+        At {
+            usage: 1_200_000,
+            some: 600_000,
+            full: 400_000,
+            ..At::default()
+        },
     );
-    let c = run(&a, &b, &[("h", 100)]);
     assert_eq!(c.displaced.len(), 1);
     assert!(!c.displaced[0].within_request);
     assert_eq!(c.demand_m, 0);
@@ -235,22 +230,15 @@ fn a_pod_above_its_request_is_displaced_but_not_owed() {
 #[test]
 fn displacement_below_the_threshold_is_not_owed() {
     // 50 ms of a 1000m request is 5 % < 10 %.
-    let a = snap(0, At::default(), vec![pod("n", At::default(), true)]);
-    let b = snap(
-        SEC,
-        At::default(),
-        vec![pod(
-            "n",
-            At {
-                usage: 400_000,
-                some: 50_000,
-                full: 50_000,
-                ..At::default()
-            },
-            true,
-        )],
+    let c = alone(
+        1000,
+        At {
+            usage: 400_000,
+            some: 50_000,
+            full: 50_000,
+            ..At::default()
+        },
     );
-    let c = run(&a, &b, &[("n", 1000)]);
     assert_eq!(c.displaced.len(), 1);
     assert_eq!(c.demand_m, 0);
 }
@@ -305,22 +293,16 @@ fn neighbour_displaced_while_the_managed_pod_is_throttled_still_counts() {
 fn a_request_over_several_cpus_scales_the_averaged_full() {
     // 2 threads on 2 CPUs, each displaced 25 %: full reads 250 ms, the pod
     // lost 500m.
-    let a = snap(0, At::default(), vec![pod("n", At::default(), true)]);
-    let b = snap(
-        SEC,
-        At::default(),
-        vec![pod(
-            "n",
-            At {
-                usage: 1_000_000,
-                some: 250_000,
-                full: 250_000,
-                ..At::default()
-            },
-            true,
-        )],
+    let c = alone(
+        1500,
+        At {
+            usage: 1_000_000,
+            some: 250_000,
+            full: 250_000,
+            ..At::default()
+        },
     );
-    assert_eq!(run(&a, &b, &[("n", 1500)]).demand_m, 500);
+    assert_eq!(c.demand_m, 500);
 }
 
 #[test]
