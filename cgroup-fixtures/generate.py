@@ -7,7 +7,9 @@ matching the tree) and node.json (the Node, with allocatable).
 
 The cpu.max values follow docs/kubelet-behaviour.md §2 (see README.md here for the rules and
 the few values that are measured rather than derived). Deterministic: ids and
-counters come from hashes of names, so re-running gives the same bytes.
+the counters' history before root/ come from hashes of names, so re-running
+gives the same bytes. Between root/ and later/ every cumulative counter grows
+by what each cgroup did in the interval (see `Load`), never by a hash.
 
     python3 cgroup-fixtures/generate.py
 """
@@ -24,6 +26,7 @@ DEFAULT_PERIOD = 100000  # kernel default, used wherever the kubelet sets no per
 # usage `slack`/`plan` compute from the two is known and the same everywhere.
 LATER_S = 10
 ELAPSED_US = 0  # set per sample by Fixture.generate
+SAMPLE_ROOT = ""  # the sample being written (root/ or later/)
 CONTROLLERS = "cpuset cpu io memory hugetlb pids rdma misc\n"
 
 
@@ -80,10 +83,21 @@ def cpu(q):
 
 
 class C:
-    def __init__(self, name, req=None, lim=None, mreq=None, mlim=None, sidecar=False, load=None):
+    def __init__(self, name, req=None, lim=None, mreq=None, mlim=None, sidecar=False, load=None,
+                 threads=None, psi=None):
         self.name, self.req, self.lim, self.mreq, self.mlim = name, req, lim, mreq, mlim
         self.sidecar = sidecar
-        self.load = load  # millicores used between the samples; None: a small hashed value
+        # Between the samples: `load` millicores it would use under no quota
+        # of its own (None: a small hashed value), i.e. what its threads want
+        # as far as the node's CPUs and the other cgroups let them. It uses
+        # that, or its quota if lower (then it is throttled). `threads`: its
+        # busy threads (default: as many as `load` needs). `psi`: (some,
+        # full) share of wall time it stalled behind other tasks (its own
+        # threads queued behind each other: some only; displaced by other
+        # cgroups: full and some); its own throttling is added from the quota.
+        self.load = load
+        self.threads = threads
+        self.psi = psi or (0.0, 0.0)
 
     def requests(self):
         r = {}
@@ -158,29 +172,123 @@ def write(path, text):
         f.write(text)
 
 
-def cgroup(dirpath, cpu_max, weight_v, usage, *, limited=False, pressure=(0.0, 0.0)):
-    """Writes one cgroup's CPU files. Throttling counters only move when a
-    quota is set; `usage` is µs."""
+class Load:
+    """What one cgroup did between the two samples, as rates over the interval:
+    `used_m` CPU used (millicores), `want_m` CPU its tasks would have used
+    under no quota of their own (the node's CPUs and the other cgroups
+    still bound it), `threads` its busy threads, `some`/`full` the share of
+    wall time its tasks stalled (PSI, kernel >= 5.13), `busy` the share of
+    wall time at least one of its tasks ran.
+
+    The cumulative counters of `later/` are those of `root/` plus these rates
+    times LATER_S, so they only grow and their deltas mean what they say."""
+
+    def __init__(self, used_m=0, want_m=None, threads=None, some=0.0, full=0.0, busy=None):
+        self.used_m = used_m
+        self.want_m = used_m if want_m is None else want_m
+        self.threads = threads or max(1, -(-self.want_m // 1000))
+        self.some, self.full = some, full
+        self.busy = min(1.0, used_m / 1000) if busy is None else busy
+
+    def throttled_frac(self, limit_m):
+        """Wall share throttled at a quota of `limit_m`: a task that wants W
+        under a limit L < W runs L's worth of each period, then waits out the
+        rest: (W - L) / W of the time."""
+        if limit_m is None or self.want_m <= limit_m:
+            return 0.0
+        return (self.want_m - limit_m) / self.want_m
+
+    @staticmethod
+    def parent(children, limit_m=None):
+        """A parent cgroup (pod, QoS class, kubepods): its tasks are its
+        children's. It uses what they use; it stalls (`some`) whenever one of
+        them does (stalls taken as independent); it is fully stalled
+        (`full`) while a child is and no other child runs. Its own quota, if
+        any, throttles the sum its children pass up."""
+        used = sum(c.used_m for c in children)
+        none_stalled, none_busy = 1.0, 1.0
+        for c in children:
+            none_stalled *= 1 - c.some
+            none_busy *= 1 - c.busy
+        full = 0.0
+        for i, c in enumerate(children):
+            others_idle = 1.0
+            for j, o in enumerate(children):
+                if j != i:
+                    others_idle *= 1 - o.busy
+            full = max(full, c.full * others_idle)
+        # What the children pass up: each capped by its own quota, if any.
+        want = sum(c.want_m if c.limit_m is None else min(c.want_m, c.limit_m) for c in children)
+        p = Load(used, want_m=want,
+                 threads=sum(c.threads for c in children if c.want_m) or 1,
+                 some=1 - none_stalled, full=full, busy=1 - none_busy)
+        thr = p.throttled_frac(limit_m)
+        p.some, p.full = max(p.some, thr), max(p.full, thr)
+        return p
+
+    limit_m = None  # the quota (millicores) it ran under, set by cgroup()
+
+
+def rel(dirpath):
+    """A cgroup's path inside its sample: the same in root/ and later/, so
+    the hashed history below is the same in both samples."""
+    return os.path.relpath(dirpath, SAMPLE_ROOT)
+
+
+def cgroup(dirpath, cpu_max, weight_v, usage, load, *, limit_m=None, period=DEFAULT_PERIOD):
+    """Writes one cgroup's CPU files. `usage` is usage_usec in this sample;
+    `load` (a Load) what the cgroup did between the samples; `limit_m` its
+    quota in millicores, None for `max`.
+
+    Every cumulative counter is a history hashed from the cgroup's path
+    (the same in both samples) plus `load` times the time elapsed since
+    root/: nr_periods counts the periods elapsed while it had a quota and
+    runnable tasks, nr_throttled/throttled_usec the periods and time its
+    quota ran out (only when it wanted more than the quota), cpu.pressure
+    the time its tasks stalled. So later/ >= root/ everywhere."""
     os.makedirs(dirpath, exist_ok=True)
+    load.limit_m = limit_m
+    key = rel(dirpath)
     write(os.path.join(dirpath, "cgroup.controllers"), CONTROLLERS)
     write(os.path.join(dirpath, "cpu.max"), cpu_max)
-    user = usage * 7 // 10
-    periods = num(dirpath, "p", lo=1000, hi=90000) if limited else 0
-    throttled = periods * num(dirpath, "t", lo=0, hi=20) // 100 if limited else 0
+    user = usage * 7 // 10  # monotonic in usage, and so is usage - user
+    limited = limit_m is not None
+    periods = num(key, "p", lo=1000, hi=90000) if limited else 0
+    throttled = periods * num(key, "t", lo=0, hi=20) // 100 if limited else 0
+    throttled_us = throttled * 1700
+    thr = load.throttled_frac(limit_m)
+    if limited and load.want_m > 0:
+        periods += ELAPSED_US // period
+    if thr > 0:
+        throttled += ELAPSED_US // period
+        # Summed over the runqueues throttled: one per busy thread.
+        throttled_us += round(ELAPSED_US * thr * load.threads)
+    load.some, load.full = max(load.some, thr), max(load.full, thr)
     write(
         os.path.join(dirpath, "cpu.stat"),
         f"usage_usec {usage}\nuser_usec {user}\nsystem_usec {usage - user}\n"
         f"core_sched.force_idle_usec 0\nnr_periods {periods}\nnr_throttled {throttled}\n"
-        f"throttled_usec {throttled * 1700}\nnr_bursts 0\nburst_usec 0\n",
+        f"throttled_usec {throttled_us}\nnr_bursts 0\nburst_usec 0\n",
     )
-    some, full = pressure
+    # History: stall before root/ as a share of the usage then (so parents,
+    # which used more, stalled more), full no more than some; then the stall
+    # of the interval.
+    hist = usage - load.used_m * ELAPSED_US // 1000  # usage_usec in root/
+    some_total = hist // 50 + round(ELAPSED_US * load.some)
+    full_total = hist // 90 + round(ELAPSED_US * load.full)
+    some, full = load.some * 100, load.full * 100  # steady: every average the same
     write(
         os.path.join(dirpath, "cpu.pressure"),
-        f"some avg10={some:.2f} avg60={some / 2:.2f} avg300={some / 4:.2f} total={usage // 50}\n"
-        f"full avg10={full:.2f} avg60={full / 2:.2f} avg300={full / 4:.2f} total={usage // 90}\n",
+        f"some avg10={some:.2f} avg60={some:.2f} avg300={some:.2f} total={some_total}\n"
+        f"full avg10={full:.2f} avg60={full:.2f} avg300={full:.2f} total={full_total}\n",
     )
     write(os.path.join(dirpath, "cpu.weight"), f"{weight_v}\n")
     return usage
+
+
+def idle():
+    """A cgroup whose tasks sleep: the pause container, conmon."""
+    return Load(0)
 
 
 def max_line(q, period):
@@ -245,6 +353,8 @@ class Fixture:
             self.generate_sample(out, os.path.join(out, sample))
 
     def generate_sample(self, out, root):
+        global SAMPLE_ROOT
+        SAMPLE_ROOT = root
         write(os.path.join(root, "cgroup.controllers"), CONTROLLERS)
         write(os.path.join(root, "cgroup.subtree_control"), "cpuset cpu io memory pids\n")
         # The CPUs the node's pods may use: capacity must not depend on the host.
@@ -257,23 +367,32 @@ class Fixture:
 
         items = []
         qos_usage = {"Burstable": 0, "BestEffort": 0}
+        qos_loads = {"Burstable": [], "BestEffort": []}
+        kp_loads = []  # kubepods' children: Guaranteed pods, the two QoS cgroups
         qos_req = {"Burstable": 0}
         total = 0
         for pod in self.pods:
-            item, usage = self.write_pod(root, pod)
+            item, usage, pload = self.write_pod(root, pod)
             items.append(item)
             total += usage
             if pod.qos() in qos_usage:
                 qos_usage[pod.qos()] += usage
+                qos_loads[pod.qos()].append(pload)
+            else:
+                kp_loads.append(pload)
             if pod.qos() == "Burstable":
                 qos_req["Burstable"] += pod.pod_cpu_request() + (cpu((pod.overhead or {}).get("cpu")) or 0)
         for qos in ("Burstable", "BestEffort"):
             w = weight(qos_req["Burstable"]) if qos == "Burstable" else 1
+            qload = Load.parent(qos_loads[qos])
             cgroup(os.path.join(root, self.qos_rel(qos)), f"max {DEFAULT_PERIOD}\n", w,
-                   qos_usage[qos] + 1000)
-        kp_max = max_line(self.kubepods_max and quota(self.kubepods_max, DEFAULT_PERIOD), DEFAULT_PERIOD)
+                   qos_usage[qos] + 1000, qload)
+            kp_loads.append(qload)
+        kp_q = self.kubepods_max and quota(self.kubepods_max, DEFAULT_PERIOD)
+        kp_max = max_line(kp_q, DEFAULT_PERIOD)
+        kp_m = None if kp_q is None else kp_q * 1000 // DEFAULT_PERIOD
         cgroup(os.path.join(root, self.kubepods_rel()), kp_max, weight(cpu(self.allocatable)),
-               total + 5000, limited=self.kubepods_max is not None, pressure=(2.35, 0.41))
+               total + 5000, Load.parent(kp_loads, kp_m), limit_m=kp_m)
 
         podlist = {"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1000"},
                    "items": items}
@@ -300,6 +419,7 @@ class Fixture:
         scheme = {"containerd": "containerd", "cri-o": "cri-o", "docker": "docker"}[self.runtime]
 
         usage = 0
+        loads = []  # each child cgroup's Load
         statuses, init_statuses = [], []
         pod_lim = pod.pod_cpu_limit()
         for c in pod.containers:
@@ -310,13 +430,18 @@ class Fixture:
                 lim = pod_lim  # a container without a limit follows the pod-level limit
             q = quota(lim, period) if lim is not None else None
             load = c.load if c.load is not None else num(self.name, pod.name, c.name, "load", lo=2, hi=40)
-            if lim is not None:
-                load = min(load, lim)  # a quota caps what a container can use
-            u = num(self.name, pod.name, c.name, lo=10**6, hi=9 * 10**8) + load * ELAPSED_US // 1000
+            want = load
+            # The quota caps what it can use (a limit under 10m acts as 10m).
+            lim_m = None if q is None else q * 1000 // period
+            used = want if lim_m is None else min(want, lim_m)
+            u = num(self.name, pod.name, c.name, lo=10**6, hi=9 * 10**8) + used * ELAPSED_US // 1000
+            ld = Load(used, want_m=want, threads=c.threads, some=c.psi[0], full=c.psi[1])
             usage += cgroup(os.path.join(pdir, name), max_line(q, period), weight(c.cpu_req()), u,
-                            limited=q is not None)
+                            ld, limit_m=lim_m, period=period)
+            loads.append(ld)
             if conmon:
-                usage += cgroup(os.path.join(pdir, conmon), f"max {DEFAULT_PERIOD}\n", 1, 20000)
+                usage += cgroup(os.path.join(pdir, conmon), f"max {DEFAULT_PERIOD}\n", 1, 20000, idle())
+                loads.append(idle())
             st = {
                 "name": c.name, "containerID": f"{scheme}://{id_}",
                 "image": f"registry.example/{c.name}:1.0",
@@ -331,9 +456,11 @@ class Fixture:
         if self.runtime != "cri-o" or self.infra_always or pod.share_pid:
             sid = cid(self.name, pod.ns, pod.name, "sandbox")
             name, conmon = self.ctr_names(sid)
-            usage += cgroup(os.path.join(pdir, name), f"max {DEFAULT_PERIOD}\n", 1, 15000)
+            usage += cgroup(os.path.join(pdir, name), f"max {DEFAULT_PERIOD}\n", 1, 15000, idle())
+            loads.append(idle())
             if conmon:
-                usage += cgroup(os.path.join(pdir, conmon), f"max {DEFAULT_PERIOD}\n", 1, 9000)
+                usage += cgroup(os.path.join(pdir, conmon), f"max {DEFAULT_PERIOD}\n", 1, 9000, idle())
+                loads.append(idle())
 
         # Pod cgroup (docs/kubelet-behaviour.md §2): quota only if a pod-level CPU limit is set or
         # every container (sidecars included) has one; plus overhead.
@@ -350,7 +477,9 @@ class Fixture:
             pq = systemd_round(pq, period)
         pw = 1 if qos == "BestEffort" else weight(pod.pod_cpu_request() + overhead)
         usage += 3000
-        cgroup(pdir, max_line(pq, period), pw, usage, limited=pq is not None)
+        pq_m = None if pq is None else pq * 1000 // period
+        pload = Load.parent(loads, pq_m)
+        cgroup(pdir, max_line(pq, period), pw, usage, pload, limit_m=pq_m, period=period)
 
         spec = {
             "nodeName": self.node_name,
@@ -392,7 +521,7 @@ class Fixture:
         if init_statuses:
             status["initContainerStatuses"] = init_statuses
         item = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
-        return item, usage
+        return item, usage, pload
 
     @staticmethod
     def cspec(c):
@@ -444,9 +573,10 @@ FIXTURES = [
         "systemd-containerd", "systemd", None, "containerd", DEFAULT_PERIOD, "3800m",
         kubepods_max=3500,
         pods=common_pods("sd") + [
-            # 5m acts as 10m: quota 1000 µs, the kernel's floor.
+            # 5m acts as 10m: quota 1000 µs, the kernel's floor. metrics wants
+            # 25m: it uses 10m and is throttled 60 % of the time, every period.
             Pod("sd-tiny-limit", "default",
-                [C("app", "100m", "495m", "64Mi", "128Mi"), C("metrics", "5m", "5m")]),
+                [C("app", "100m", "495m", "64Mi", "128Mi"), C("metrics", "5m", "5m", load=25)]),
             Pod("sd-overhead", "default",
                 [C("a", "300m", "300m", "64Mi", "64Mi"), C("b", "200m", "200m", "64Mi", "64Mi")],
                 overhead={"cpu": "250m", "memory": "64Mi"}, runtime_class="kata"),
@@ -466,6 +596,48 @@ FIXTURES = [
             Pod("crio-shared-pid", "default",
                 [C("app", "200m", "600m", "64Mi", "128Mi"), C("shell", "10m", "100m")],
                 share_pid=True),
+        ],
+    ),
+    Fixture(
+        # An idle 2-CPU node but for one opted-in pod whose 4 busy threads
+        # outnumber the CPUs: it uses both (2000m, its limit, which it never
+        # exceeds: no throttling); its threads queue behind each other (pod
+        # some ~100 %, full ~0), so kubepods some reads ~100 % though nobody
+        # else wants CPU. The agent must not lower it.
+        "lone-threads", "systemd", "kubelet", "containerd", DEFAULT_PERIOD, "2", cpus=2,
+        node_name="kind-worker",
+        pods=[
+            # Limit raised to 2000m by Headroom earlier (4x its request).
+            Pod("thumbnailer-6f9c7d8b5-kx2vq", "media",
+                [C("thumbnailer", "500m", "2000m", "256Mi", "1Gi", load=2000, threads=4,
+                   psi=(0.995, 0.002))],
+                annotations={"headroom.dev/managed": "true"}, headroom_set=True),
+            Pod("node-exporter-h7x2m", "monitoring",
+                [C("node-exporter", "100m", "100m", "64Mi", "64Mi", load=0)]),
+            Pod("netshoot", "dev", [C("netshoot", load=0)]),
+        ],
+    ),
+    Fixture(
+        # A 2-CPU node, both CPUs busy. The opted-in indexer (request 500m,
+        # limit 1500m set by Headroom, 4 busy threads) uses 1500m: all the
+        # CPU left to it, not throttled; its threads queue (some ~100 %,
+        # full ~0). The neighbour (another namespace, not opted in, request
+        # 800m, no limit, one busy thread) wants 800m and gets 500m: it
+        # waits 300 ms a second with none of its tasks running (full = some
+        # = 30 %), within its request. The agent lowers the indexer.
+        "displaced", "systemd", "kubelet", "containerd", DEFAULT_PERIOD, "2", cpus=2,
+        node_name="kind-worker",
+        pods=[
+            Pod("indexer-7c5d9b8f6-m4zqt", "search",
+                [C("indexer", "500m", "1500m", "512Mi", "1Gi", load=1500, threads=4,
+                   psi=(0.995, 0.002))],
+                annotations={"headroom.dev/managed": "true"}, headroom_set=True),
+            Pod("ledger-api-5b8c6d7f9-r2wxp", "payments",
+                # Wants 800m, gets 500m: 300 ms a second displaced.
+                [C("api", "800m", None, "256Mi", load=500, threads=1, psi=(0.3, 0.3))]),
+            Pod("node-exporter-p9k4d", "monitoring",
+                [C("node-exporter", "100m", "100m", "64Mi", "64Mi", load=0)]),
+            Pod("netshoot", "dev", [C("netshoot", load=0)]),
         ],
     ),
     Fixture(
