@@ -192,3 +192,60 @@ fn slack_with_pods_names_pods_and_marks_pause_containers() {
         "{row}"
     );
 }
+
+/// `plan --json` on fixture `name` (its two samples 10 s apart).
+fn plan_json(name: &str) -> serde_json::Value {
+    let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../cgroup-fixtures")
+        .join(name);
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom-agent"))
+        .args(["plan", "--json", "--interval", "10s", "--cgroup-root"])
+        .arg(f.join("root"))
+        .arg("--later")
+        .arg(f.join("later"))
+        .arg("--pods")
+        .arg(f.join("pods.json"))
+        .arg("--node")
+        .arg(f.join("node.json"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn decision_of<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"].as_str().is_some_and(|n| n.starts_with(name)))
+        .unwrap_or_else(|| panic!("no pod {name} in {v}"))
+}
+
+/// A pod alone whose 4 threads outnumber the 2 CPUs: kubepods `some` near
+/// 100 %, the pod's `full` near 0. Nobody else waits: it keeps its limit.
+#[test]
+fn plan_never_lowers_a_lone_pod_for_its_own_queued_threads() {
+    let v = plan_json("lone-threads");
+    let t = decision_of(&v, "thumbnailer");
+    assert_ne!(t["decision"], "lower", "{t}");
+    assert!(t["target_millicores"].as_u64().unwrap() >= 1900, "{t}");
+}
+
+/// A neighbour within its request (800m) got 500m and waited 30 % of the
+/// time: the managed pod gives back what it waited for.
+#[test]
+fn plan_lowers_for_a_neighbour_displaced_within_its_request_by_what_it_waited_for() {
+    let v = plan_json("displaced");
+    let t = decision_of(&v, "indexer");
+    assert_eq!(t["decision"], "lower", "{t}");
+    let why = t["why"].as_str().unwrap();
+    assert!(
+        why.contains("1 pod(s) within their requests displaced, 300m owed"),
+        "{why}"
+    );
+}
