@@ -106,7 +106,9 @@ fn check_cpu_max(what: &str, got: &CpuMax, want: Option<Millis>, systemd_pod: bo
 
 fn expected_layout(name: &str) -> (Driver, &'static str) {
     match name {
-        "kind" | "pod-level" | "lone-threads" | "displaced" => (Driver::Systemd, "kubelet.slice/kubelet-kubepods.slice"),
+        "kind" | "pod-level" | "lone-threads" | "displaced" => {
+            (Driver::Systemd, "kubelet.slice/kubelet-kubepods.slice")
+        }
         "systemd-containerd" | "crio" => (Driver::Systemd, "kubepods.slice"),
         "cgroupfs-containerd" => (Driver::Cgroupfs, "kubepods"),
         other => panic!("unknown fixture {other}: add its expected layout here"),

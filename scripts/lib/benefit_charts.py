@@ -6,9 +6,11 @@ tests/benches/benefit.rs wrote:
 
 writes DIR/latency.png (service p50/p99/p99.9 per configuration, median of
 the repetitions, bars from min to max), DIR/timeline.png (demand, limit,
-usage, throttling and the neighbour's usage through one run of the static,
-Headroom and cpu.max.burst configurations) and DIR/throttling.png
-(throttled ratio and the neighbours' p99 per configuration).
+usage, throttling, the neighbours' usage and the within-request neighbour's
+cpu.pressure full through one run of the static, Headroom, cpu.max.burst
+and --floor declared configurations) and DIR/throttling.png (throttled
+ratio, the neighbours' p99 and the within-request neighbour's full stall per
+configuration).
 """
 import csv
 import os
@@ -83,25 +85,34 @@ def latency_chart(d, rs):
 
 def throttling_chart(d, rs):
     cfgs = configs_of(rs)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 4))
     thr = by_config(rs, "throttled_ratio")
     med = [100 * statistics.median(thr.get(c, [float("nan")])) for c in cfgs]
     a1.bar(range(len(cfgs)), med, color="tab:red")
     for x, m in enumerate(med):
         a1.annotate(f"{m:.1f} %", (x, m), ha="center", va="bottom", fontsize=8)
-    a1.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, fontsize=8)
+    a1.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, ha="right", fontsize=8)
     a1.set_ylabel("throttled periods, % (container cpu.stat)")
     a1.set_title("Service throttled ratio")
     w = 0.38
-    for i, (k, name) in enumerate([("guaranteed_contended_p99_ms", "Guaranteed neighbour"),
-                                   ("batch_demand_p99_ms", "unmanaged neighbour")]):
+    for i, (k, name) in enumerate([("within_p99_ms", "within-request neighbour (run)"),
+                                   ("batch_demand_p99_ms", "unmanaged neighbour (its demand)")]):
         vals = by_config(rs, k)
         m = [statistics.median(vals.get(c, [float("nan")])) for c in cfgs]
         a2.bar([j + (i - 0.5) * w for j in range(len(cfgs))], m, w, label=name)
-    a2.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, fontsize=8)
-    a2.set_ylabel("p99 while the neighbour needs CPU, ms")
+    a2.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, ha="right", fontsize=8)
+    a2.set_ylabel("p99, ms")
     a2.set_title("Neighbours' p99 (baseline: (a))")
     a2.legend(fontsize=8)
+    for i, (k, name) in enumerate([("within_full_pct", "whole run"),
+                                   ("within_contended_full_pct", "contended phase")]):
+        vals = by_config(rs, k)
+        m = [statistics.median(vals.get(c, [float("nan")])) for c in cfgs]
+        a3.bar([j + (i - 0.5) * w for j in range(len(cfgs))], m, w, label=name)
+    a3.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, ha="right", fontsize=8)
+    a3.set_ylabel("cpu.pressure full, % of wall")
+    a3.set_title("Within-request neighbour's full stall")
+    a3.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(d, "throttling.png"), dpi=110)
 
@@ -134,14 +145,18 @@ def timeline_chart(d, meta):
         ax.plot(x, [num(r["usage_m"]) for r in t], color="tab:blue", lw=1, label="service usage")
         ax.plot(x, [num(r["batch_m"]) for r in t], color="tab:green", lw=1,
                 label="unmanaged neighbour usage")
+        ax.plot(x, [num(r["within_m"]) for r in t], color="tab:purple", lw=1,
+                label="within-request neighbour usage")
         ax.set_ylabel("millicores")
         ax.set_ylim(0, cpus * 1000 * 1.05)
         ax.set_title(label(c) + " (repetition 1)", fontsize=9)
         ax2 = ax.twinx()
         ax2.plot(x, [num(r["throttled_pct"]) for r in t], color="tab:red", lw=0.8, alpha=0.8,
                  label="throttled periods %")
+        ax2.plot(x, [num(r["within_full_pct"]) for r in t], color="tab:orange", lw=0.8,
+                 ls="--", label="within-request neighbour cpu.pressure full %")
         ax2.set_ylim(0, 105)
-        ax2.set_ylabel("throttled %", color="tab:red")
+        ax2.set_ylabel("throttled / full %", color="tab:red")
         if ax is axes[0]:
             h1, l1 = ax.get_legend_handles_labels()
             h2, l2 = ax2.get_legend_handles_labels()

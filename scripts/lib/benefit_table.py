@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
 """The README "Does it help?" table and goal lines from a benefit run.
 
-Reads DIR/runs.csv and DIR/summary.json (tests/benches/benefit.rs) and writes
-DIR/table.md: one row a configuration, each cell the range over the
-repetitions, then the goals read from the medians against (a). Standard
-library only, so it runs before (and without) the plotting environment.
+Reads DIR/runs.csv, DIR/summary.json and DIR/meta.json
+(tests/benches/benefit.rs) and writes DIR/table.md: a warning line first
+when meta.json flags the run (its static baseline lies outside [0.5x, 2x] of
+the committed one's), one row a configuration, each cell the range over the
+repetitions, the medians against (a) with their 95 % bootstrap intervals
+(computed by the bench, benefit::stats), then each goal stated met or not
+met. Standard library only, so it runs before (and without) the plotting
+environment.
 
     python3 scripts/lib/benefit_table.py docs/benefit
 """
 
 import csv
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -28,6 +31,14 @@ LONG = {"c-headroom": ", default (`floor = request`)"}
 
 # Configurations in which the agent runs (tuning candidates too).
 AGENT = {"c-headroom", "e-dryrun", "f-declared"}
+
+# The goals' thresholds (README "Does it help?").
+SVC_P99_VS_NOLIMIT_MAX = 2.0  # service p99 at most 2x (b)'s
+THROTTLED_VS_STATIC_MAX = 0.05  # throttled ratio -95 % against (a)
+WITHIN_P99_VS_STATIC_MAX = 1.10  # within-request neighbour's p99 at most +10 %
+WITHIN_FULL_PP_MAX = 0.0  # its cpu.pressure full no higher than under (a)
+BATCH_P99_VS_NOLIMIT_MAX = 1.0  # batch neighbour's p99 no worse than under (b)
+DRYRUN_P99_TOLERANCE = 0.10  # (e) p99 within +-10 % of (a)
 
 
 def tuned(meta):
@@ -51,19 +62,27 @@ def load_meta(d):
     p = Path(d) / "meta.json"
     return json.load(open(p)) if p.exists() else {}
 
-# (header, runs.csv column, formatter)
+
+# (header, runs.csv column, formatter); AGENT_ONLY columns read "–" for
+# configurations without the agent.
 COLUMNS = [
     ("p50 ms", "svc_p50_ms", "ms"),
     ("p99 ms", "svc_p99_ms", "ms"),
     ("p99.9 ms", "svc_p999_ms", "ms"),
     ("throttled", "throttled_ratio", "pct1"),
-    ("Guaranteed p99 ms", "guaranteed_contended_p99_ms", "ms"),
+    ("within p99 ms", "within_p99_ms", "ms"),
+    ("within full", "within_full_pct", "pp"),
     ("unmanaged p99 ms", "batch_demand_p99_ms", "ms"),
     ("node CPU", "node_util", "pct0"),
     ("limit changes", "limit_changes", "int"),
+    ("lowerings", "svc_lowerings", "int"),
+    ("false lowerings", "false_lowerings", "int"),
     ("burst → raise s", "raise1_s", "s"),
     ("demand → lowering s", "lower_s", "s"),
 ]
+# Reaction times and lowerings are the agent's: without one, a limit above
+# 300m (b) is the setup's, not a raise.
+AGENT_ONLY = {"raise1_s", "lower_s", "svc_lowerings", "false_lowerings"}
 
 
 def number(v):
@@ -81,6 +100,8 @@ def fmt(x, kind):
         return f"{x * 100:.1f} %"
     if kind == "pct0":
         return f"{x * 100:.0f} %"
+    if kind == "pp":
+        return f"{x:.1f} %"
     if kind == "int":
         return f"{x:.0f}"
     return f"{x:.1f}"
@@ -93,13 +114,156 @@ def cell(values, kind):
     lo, hi = fmt(xs[0], kind), fmt(xs[-1], kind)
     if lo == hi:
         return lo
-    if kind.startswith("pct"):
+    if lo.endswith(" %"):
         return f"{lo[:-2]}–{hi}"
     return f"{lo}–{hi}"
 
 
-def signed(x):
-    return "n/a" if x is None else f"{x:+.0f} %"
+def interval(s, *path):
+    """The {point, lo, hi} at summary[c][path...], or None."""
+    for k in path:
+        s = s.get(k) if isinstance(s, dict) else None
+    if not isinstance(s, dict) or number(s.get("point")) is None:
+        return None
+    return {k: number(s.get(k)) for k in ("point", "lo", "hi")}
+
+
+def unsigned_zero(x, places):
+    """x, with a value that rounds to zero as +0 (no "-0")."""
+    return 0.0 if round(x, places) == 0 else x
+
+
+def change(i):
+    """A ratio as a change: -53 % [-60, -45 %]."""
+    if i is None:
+        return "n/a"
+    p, lo, hi = (unsigned_zero((x - 1) * 100, 0) for x in (i["point"], i["lo"], i["hi"]))
+    return f"{p:+.0f} % [{lo:+.0f}, {hi:+.0f} %]"
+
+
+def times(i):
+    """A ratio as a factor: 1.6× [1.2–2.3×]."""
+    if i is None:
+        return "n/a"
+    return f"{i['point']:.2f}× [{i['lo']:.2f}–{i['hi']:.2f}×]"
+
+
+def points(i):
+    """A difference in percentage points: +0.3 pp [-0.1, +0.8]."""
+    if i is None:
+        return "n/a"
+    p, lo, hi = (unsigned_zero(i[k], 1) for k in ("point", "lo", "hi"))
+    return f"{p:+.1f} pp [{lo:+.1f}, {hi:+.1f}]"
+
+
+def at_most(i, limit):
+    """(met, the interval crosses the limit) of 'point <= limit'; None
+    without a figure."""
+    if i is None:
+        return None
+    return i["point"] <= limit, i["lo"] <= limit <= i["hi"] and i["lo"] < i["hi"]
+
+
+def verdict(v):
+    if v is None:
+        return "**not assessed** (no figure)"
+    met, crosses = v
+    word = "**met**" if met else "**not met**"
+    return word + (" (its interval crosses the goal)" if crosses else "")
+
+
+def warning(meta):
+    """The flagged run's warning line, or None."""
+    if not meta.get("flagged"):
+        return None
+    b = meta.get("baseline") or {}
+    new, old = number(b.get("svc_p99_ms")), number(b.get("committed_svc_p99_ms"))
+    lo, hi = b.get("range", [0.5, 2.0])
+    figures = (
+        f"{new:,.0f} ms against the committed {old:,.0f} ms ({b.get('from', '?')})"
+        if new is not None and old is not None
+        else "(figures in meta.json)"
+    )
+    return (
+        f"**Warning: flagged run.** Its static (a) service p99 median, {figures}, lies outside "
+        f"[{lo:g}×, {hi:g}×] of the committed run's: the host was busier or quieter; its figures "
+        "are not comparable with that run's."
+    )
+
+
+def short(c):
+    """(c) for c-headroom; a tuning candidate's name."""
+    return LABELS[c].split(" ")[0] if c in LABELS else c
+
+
+def goals(summary, configs, agent):
+    """The goal lines, each configuration's figure, interval and verdict."""
+    patching = [c for c in configs if c in agent and c != "e-dryrun"]
+    out = []
+
+    def per_config(goal, part):
+        parts = []
+        for c in patching:
+            parts.append(f"{short(c)} {part(summary.get(c, {}))}")
+        if not parts:
+            parts.append("not assessed (no Headroom configuration in this run)")
+        out.append(f"- {goal}: " + "; ".join(parts) + ".")
+
+    def svc_vs_b(s):
+        i = interval(s, "vs_nolimit", "svc_p99")
+        return f"{times(i)}: {verdict(at_most(i, SVC_P99_VS_NOLIMIT_MAX))}"
+
+    def throttled(s):
+        i = interval(s, "vs_static", "throttled_ratio")
+        return f"{change(i)}: {verdict(at_most(i, THROTTLED_VS_STATIC_MAX))}"
+
+    def within(s):
+        p99 = interval(s, "vs_static", "within_p99")
+        full = interval(s, "vs_static", "within_full_pp")
+        a, b = at_most(p99, WITHIN_P99_VS_STATIC_MAX), at_most(full, WITHIN_FULL_PP_MAX)
+        both = None if a is None or b is None else (a[0] and b[0], a[1] or b[1])
+        return f"p99 {change(p99)}, full {points(full)}: {verdict(both)}"
+
+    def batch(s):
+        i = interval(s, "vs_nolimit", "batch_demand_p99")
+        return f"{change(i)} against (b): {verdict(at_most(i, BATCH_P99_VS_NOLIMIT_MAX))}"
+
+    def false_lowerings(s):
+        f, n = number(s.get("false_lowerings")), number(s.get("svc_lowerings"))
+        u, runs = number(s.get("unjudged_lowerings")) or 0, s.get("runs", "?")
+        if f is None or n is None:
+            return verdict(None)
+        extra = f", {u:.0f} unjudged" if u else ""
+        word = "**met**" if f == 0 else "**not met**"
+        return f"{f:.0f} false of {n:.0f} lowerings in {runs} runs{extra}: {word}"
+
+    per_config("**Service p99 within 2× of (b) no limit** (median ratio to (b))", svc_vs_b)
+    per_config("**Throttled ratio −95 % against (a)**", throttled)
+    per_config(
+        "**Within-request neighbour's p99 at most +10 % against (a), its cpu.pressure "
+        "`full` no higher** (over the run)",
+        within,
+    )
+    per_config("**Unmanaged batch neighbour's p99 no worse than under (b)** (while it needs CPU)", batch)
+    per_config("**0 false lowerings**", false_lowerings)
+    e, a = summary.get("e-dryrun"), summary.get("a-static")
+    if e is None or a is None:
+        out.append("- **`--dry-run` (e) indistinguishable from (a)**: not assessed (not in this run).")
+    else:
+        ci = interval(e, "svc_p99_interval")
+        ratio = interval(e, "vs_static", "svc_p99")
+        base = number(a.get("svc_p99_ms"))
+        inside = ci is not None and base is not None and ci["lo"] <= base <= ci["hi"]
+        close = ratio is not None and abs(ratio["point"] - 1) <= DRYRUN_P99_TOLERANCE
+        ci_text = "n/a" if ci is None else f"{ci['point']:,.0f} ms [{ci['lo']:,.0f}–{ci['hi']:,.0f}]"
+        base_text = "n/a" if base is None else f"{base:,.0f} ms"
+        word = "**met**" if inside or close else "**not met**"
+        out.append(
+            f"- **`--dry-run` (e) indistinguishable from (a)** (its p99 interval holds (a)'s "
+            f"median, or within ±10 %): (e) p99 {ci_text} against (a) {base_text}, "
+            f"{change(ratio)}: {word}."
+        )
+    return out
 
 
 def main(d):
@@ -109,36 +273,45 @@ def main(d):
     agent = AGENT | set(tuned(meta))
     configs = [c for c in LABELS if any(r["config"] == c for r in rows)]
     configs += sorted({r["config"] for r in rows} - set(configs))
-    out = ["| config | " + " | ".join(h for h, _, _ in COLUMNS) + " |"]
+    out = []
+    warn = warning(meta)
+    if warn:
+        out += [warn, ""]
+    out.append("| config | " + " | ".join(h for h, _, _ in COLUMNS) + " |")
     out.append("|---" * (len(COLUMNS) + 1) + "|")
     for c in configs:
         runs = [r for r in rows if r["config"] == c]
         cells = [
-            cell([number(r[col]) for r in runs], kind)
-            # Reaction times are the agent's: without one, a limit above 300m
-            # (b) is the setup's, not a raise.
-            if c in agent or col not in ("raise1_s", "lower_s")
+            cell([number(r.get(col)) for r in runs], kind)
+            if c in agent or col not in AGENT_ONLY
             else "–"
             for _, col, kind in COLUMNS
         ]
         out.append(f"| {label(c, meta, long=True)} | " + " | ".join(cells) + " |")
     reps = max(int(r["rep"]) for r in rows) + 1
     out.append("")
-    out.append(f"Each cell: the range over {reps} repetition(s). Against (a), medians:")
+    out.append(
+        f"Each cell: the range over {reps} repetition(s). Against (a), the median's change "
+        "[95 % bootstrap interval]:"
+    )
     out.append("")
     for c in configs:
         if c == "a-static":
             continue
-        # The changes against (a) as the bench computed them (summary.json).
-        s = summary[c]
+        s = summary.get(c, {})
         p99 = number(s.get("svc_p99_ms"))
         out.append(
-            f"- {label(c, meta, long=True)}: throttled ratio {signed(s.get('throttled_ratio_vs_static_pct'))}, "
-            f"p99 {signed(s.get('svc_p99_vs_static_pct'))} "
+            f"- {label(c, meta, long=True)}: throttled ratio {change(interval(s, 'vs_static', 'throttled_ratio'))}, "
+            f"p99 {change(interval(s, 'vs_static', 'svc_p99'))} "
             f"({'n/a' if p99 is None else f'{p99:,.0f} ms'}), "
-            f"Guaranteed p99 {signed(s.get('guaranteed_vs_baseline_pct'))}, "
-            f"unmanaged p99 {signed(s.get('batch_vs_baseline_pct'))}"
+            f"within-request neighbour p99 {change(interval(s, 'vs_static', 'within_p99'))}, "
+            f"full {points(interval(s, 'vs_static', 'within_full_pp'))}, "
+            f"unmanaged p99 {change(interval(s, 'vs_static', 'batch_demand_p99'))}"
         )
+    out.append("")
+    out.append("Goals (medians over the repetitions, [95 % bootstrap interval]):")
+    out.append("")
+    out += goals(summary, configs, agent)
     (d / "table.md").write_text("\n".join(out) + "\n")
     print(f"table in {d / 'table.md'}")
 

@@ -1,8 +1,17 @@
 //! The benefit benchmark (README "Does it help?"): one real node VM (real
 //! kubelet, containerd, runc, CFS), a CPU-burning HTTP service with a tight
-//! limit under a bursty open-loop load, an unmanaged neighbour that needs
-//! CPU in the second burst and a Guaranteed neighbour with steady load, run
-//! under six configurations in a randomised order, several repetitions:
+//! limit under a bursty open-loop load, and two neighbours the agent does
+//! not manage (their namespace is not opted in):
+//!
+//! - the *within-request neighbour* (`within`): a Burstable pod, request
+//!   500m, no CPU limit, under a steady 150m (6 req/s × 25 ms) all run: its
+//!   demand stays below its request (checked at start from its schedule),
+//!   so any CPU it waits for is CPU it is owed;
+//! - the *unmanaged batch neighbour* (`batch`): request 100m, no limit,
+//!   needs 0.8 CPU (far above its request) from 7 s into the second burst
+//!   for 15 s.
+//!
+//! Six configurations in a randomised order, `BENEFIT_REPS` (3) repetitions:
 //!
 //! - `a-static`: the tight limit (request 200m, limit 300m) as declared;
 //! - `b-nolimit`: the limit resized to the node's CPUs (CFS can never give
@@ -14,26 +23,67 @@
 //! - `f-declared`: the agent with `--floor declared` (never lowers the
 //!   service below its declared 300m);
 //! - tuning candidates named in `BENEFIT_TUNED`: the agent with the flags
-//!   given, e.g. `BENEFIT_TUNED='g-cool15=--raise-cooldown 15s;h-psi5=--pressure-start 5'`
+//!   given, e.g. `BENEFIT_TUNED='g-cool15=--raise-cooldown 15s;h-window2=--contention-window 2s'`
 //!   (they join the configurations run; name them in `BENEFIT_CONFIGS` to
 //!   run only some).
+//!
+//! What a run records (runs.csv, a row a run; raw/ per run):
+//!
+//! - the service's latency, throttled ratio (container `cpu.stat`), limit
+//!   changes and the agent's reaction times;
+//! - the within-request neighbour's p99 (whole run, and its `contended`
+//!   phase: while the batch neighbour needs its CPU) and its pod cgroup's
+//!   `cpu.pressure` `full` stall: Δ`total` over the run and over the
+//!   contended phase as % of wall time (it has no CPU limit, so none of it
+//!   is its own throttling), from the in-guest sampler;
+//! - the batch neighbour's p99 while it needs its CPU;
+//! - **false lowerings**: every lowering of the service the agent logged
+//!   (`resized … old=Xm new=Ym` with Y < X in raw/<run>-agent.log) is put
+//!   against the sampler. From the last sample at or before 3 s ahead of
+//!   the log line to the last sample at or before it (their span, ≈ 3 s), a
+//!   neighbour was *displaced* when its pod's `full` total grew by more
+//!   than 10 % of its request-equivalent, request × span (150 ms in 3 s for
+//!   the 500m neighbour, 30 ms for the batch pod's 100m). A lowering made
+//!   while no neighbour was displaced is false. Lowerings the samples do
+//!   not cover (less than 3 s of samples before them, or the last sample
+//!   more than 1.5 s old) are counted as unjudged, not as false.
+//!   raw/<run>-lowerings.csv lists each with the agent's reason and the
+//!   neighbours' `full` growth (`benefit::analysis::check_lowering`).
+//!
+//! summary.json, per configuration: medians over the repetitions, and the
+//! median against (a) static (and against (b) for the service's p99 and the
+//! batch neighbour's) as a ratio of the medians with a 95 % percentile
+//! bootstrap interval: 2000 resamples, each side's repetitions resampled
+//! with replacement, fixed seed (`benefit::stats`); the within-request
+//! neighbour's `full` against (a) as a difference of medians, in points.
+//!
+//! Baseline check: before anything is overwritten, the static (a) service
+//! p99 median is read from the committed summary.json (`BENEFIT_BASELINE`,
+//! which scripts/benefit fills from `git show HEAD:<out>/summary.json`; when
+//! unset, `<out>/summary.json` if present). When this run's (a) median lies
+//! outside [0.5×, 2×] of it (a much busier or quieter host), the run is not
+//! aborted: meta.json gets `"flagged": true` and the figures, and the table
+//! (scripts/lib/benefit_table.py) opens with a warning line.
 //!
 //! Run by `scripts/benefit` (which builds the static service and load
 //! generator and draws the charts). Environment:
 //! `BENEFIT_BIN_DIR` (benefit-load), `BENEFIT_IMAGE` (service image archive),
-//! `BENEFIT_OUT` (default docs/benefit), `BENEFIT_REPS` (2), `BENEFIT_SEED`,
-//! `BENEFIT_CONFIGS` (comma list of the names above), `BENEFIT_TUNED`, `BENEFIT_SCHEDULE`,
-//! `BENEFIT_BATCH_SCHEDULE`, `BENEFIT_GUARANTEED_SCHEDULE` (see
-//! `benefit::schedule`), `BENEFIT_BURN_US` (25000), `BENEFIT_BURST_US`.
+//! `BENEFIT_OUT` (default docs/benefit), `BENEFIT_REPS` (3), `BENEFIT_SEED`,
+//! `BENEFIT_CONFIGS` (comma list of the names above), `BENEFIT_TUNED`,
+//! `BENEFIT_BASELINE` (a summary.json; empty: no check), `BENEFIT_SCHEDULE`,
+//! `BENEFIT_BATCH_SCHEDULE`, `BENEFIT_WITHIN_SCHEDULE` (see `benefit::schedule`;
+//! the within-request neighbour's must stay at or below its request),
+//! `BENEFIT_BURN_US` (25000), `BENEFIT_BURST_US`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use benefit::analysis;
+use benefit::analysis::{self, Neighbour};
 use benefit::schedule::{self, Phase};
+use benefit::summary::{self, Baseline, RunRow};
+use benefit::{agent_log, stats};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
@@ -46,6 +96,24 @@ const REQUEST_M: u64 = 200;
 /// The tight limit: request × 1.5.
 const LIMIT_M: u64 = 300;
 const PERIOD_US: u64 = 100_000;
+/// The within-request neighbour's CPU request (no CPU limit).
+const WITHIN_REQUEST_M: u64 = 500;
+/// The batch neighbour's CPU request (no limit).
+const BATCH_REQUEST_M: u64 = 100;
+
+/// The neighbours a lowering of the service is judged against.
+const NEIGHBOURS: [Neighbour; 2] = [
+    Neighbour {
+        name: "within",
+        request_m: WITHIN_REQUEST_M,
+        pressure: |s| s.within_pressure,
+    },
+    Neighbour {
+        name: "batch",
+        request_m: BATCH_REQUEST_M,
+        pressure: |s| s.batch_pressure,
+    },
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Config {
@@ -131,12 +199,36 @@ struct Settings {
     configs: Vec<Config>,
     svc: Vec<Phase>,
     batch: Vec<Phase>,
-    guaranteed: Vec<Phase>,
+    within: Vec<Phase>,
     burn_us: u64,
     burst_us: u64,
     out: PathBuf,
     load_bin: PathBuf,
     image: PathBuf,
+    baseline: Option<Baseline>,
+}
+
+/// The committed summary's (a) service p99 median: `BENEFIT_BASELINE` (a
+/// summary.json; empty: none), else `out`/summary.json before it is
+/// overwritten. `BENEFIT_BASELINE_FROM` names where it came from.
+fn read_baseline(out: &Path) -> Option<Baseline> {
+    let path = match std::env::var("BENEFIT_BASELINE") {
+        Ok(p) if p.trim().is_empty() => return None,
+        Ok(p) => PathBuf::from(p),
+        Err(_) => out.join("summary.json"),
+    };
+    Baseline::from_summary(
+        &std::fs::read_to_string(&path).ok()?,
+        std::env::var("BENEFIT_BASELINE_FROM").unwrap_or_else(|_| path.display().to_string()),
+    )
+}
+
+/// Highest CPU a schedule asks for, in millicores, at `burn_us` a request.
+fn peak_demand_m(phases: &[Phase], burn_us: u64) -> f64 {
+    phases
+        .iter()
+        .map(|p| p.rate_per_s * burn_us as f64 / 1000.0)
+        .fold(0.0, f64::max)
 }
 
 fn env_or(k: &str, d: &str) -> String {
@@ -148,6 +240,11 @@ impl Settings {
         let sched = |k: &str, d: &str| {
             schedule::parse(&env_or(k, d)).map_err(|e| anyhow::anyhow!("{k}: {e}"))
         };
+        anyhow::ensure!(
+            std::env::var_os("BENEFIT_GUARANTEED_SCHEDULE").is_none(),
+            "BENEFIT_GUARANTEED_SCHEDULE is gone: the Guaranteed neighbour is now the \
+             within-request neighbour, BENEFIT_WITHIN_SCHEDULE"
+        );
         let tuned: Vec<Config> = parse_tuned(&env_or("BENEFIT_TUNED", ""))?
             .into_iter()
             .map(|t| Config::Tuned(Box::leak(Box::new(t))))
@@ -172,11 +269,18 @@ impl Settings {
                 .duration_since(std::time::UNIX_EPOCH)?
                 .as_secs(),
         };
+        let out = PathBuf::from(env_or(
+            "BENEFIT_OUT",
+            &testkit::node_vm::repo_root()
+                .join("docs/benefit")
+                .display()
+                .to_string(),
+        ));
         let bin = PathBuf::from(std::env::var("BENEFIT_BIN_DIR").context(
             "BENEFIT_BIN_DIR unset: run scripts/benefit, which builds the load generator",
         )?);
         let s = Settings {
-            reps: env_or("BENEFIT_REPS", "2")
+            reps: env_or("BENEFIT_REPS", "3")
                 .parse()
                 .context("BENEFIT_REPS")?,
             seed,
@@ -194,10 +298,11 @@ impl Settings {
                 "BENEFIT_BATCH_SCHEDULE",
                 "idle:57@0.4,demand:15@32,idle:8@0.4",
             )?,
-            // The Guaranteed neighbour: steady 150m; its middle phase is the
-            // batch neighbour's demand.
-            guaranteed: sched(
-                "BENEFIT_GUARANTEED_SCHEDULE",
+            // The within-request neighbour: steady 150m, below its 500m
+            // request all run; its `contended` phase is the batch
+            // neighbour's demand.
+            within: sched(
+                "BENEFIT_WITHIN_SCHEDULE",
                 "steady:57@6,contended:15@6,steady:8@6",
             )?,
             burn_us: env_or("BENEFIT_BURN_US", "25000")
@@ -210,19 +315,21 @@ impl Settings {
             )
             .parse()
             .context("BENEFIT_BURST_US")?,
-            out: PathBuf::from(env_or(
-                "BENEFIT_OUT",
-                &testkit::node_vm::repo_root()
-                    .join("docs/benefit")
-                    .display()
-                    .to_string(),
-            )),
+            out: out.clone(),
             load_bin: bin.join("benefit-load"),
             image: PathBuf::from(
                 std::env::var("BENEFIT_IMAGE")
                     .context("BENEFIT_IMAGE unset: run scripts/benefit")?,
             ),
+            baseline: read_baseline(&out),
         };
+        let peak = peak_demand_m(&s.within, s.burn_us);
+        anyhow::ensure!(
+            peak <= WITHIN_REQUEST_M as f64,
+            "BENEFIT_WITHIN_SCHEDULE asks {peak:.0}m at {} µs a request: above the \
+             within-request neighbour's {WITHIN_REQUEST_M}m request",
+            s.burn_us
+        );
         for f in [&s.load_bin, &s.image] {
             anyhow::ensure!(f.is_file(), "{} missing: run scripts/benefit", f.display());
         }
@@ -342,9 +449,10 @@ fn phase_list(p: &[Phase]) -> String {
         .join(",")
 }
 
-/// The in-guest script of one run: the sampler and the three load
-/// generators, started together; `done` when all have finished.
-fn run_script(s: &Settings, id: &str, svc: &Target, g: &Target, b: &Target) -> String {
+/// The in-guest script of one run: the sampler (its line:
+/// `benefit::analysis`) and the three load generators, started together;
+/// `done` when all have finished.
+fn run_script(s: &Settings, id: &str, svc: &Target, w: &Target, b: &Target) -> String {
     let drain = 15;
     let load = |name: &str, t: &Target, p: &[Phase], conns: u32| {
         format!(
@@ -359,60 +467,24 @@ fn run_script(s: &Settings, id: &str, svc: &Target, g: &Target, b: &Target) -> S
     let mut sh = format!(
         "#!/bin/bash\nset -u\nout=/tmp/benefit/{id}\nrm -rf $out; mkdir -p $out\n\
          T0=$(( $(date +%s%N) + 4000000000 ))\necho $T0 > $out/t0\n\
-         C={c}; P={p}; G={g}; B={b}\n\
+         C={c}; P={p}; W={w}; B={b}\n\
          sample() {{ while [ ! -e $out/stop ]; do t=$EPOCHREALTIME; read -r cm < $C/cpu.max; \
-         mapfile -t cs < $C/cpu.stat; mapfile -t ps < $P/cpu.stat; mapfile -t gs < $G/cpu.stat; \
+         mapfile -t cs < $C/cpu.stat; mapfile -t ps < $P/cpu.stat; mapfile -t ws < $W/cpu.stat; \
          mapfile -t bs < $B/cpu.stat; read -r st < /proc/stat; \
-         (IFS=';'; echo \"$t|$cm|${{cs[*]}}|${{ps[*]}}|${{gs[*]}}|${{bs[*]}}|$st\"); sleep 0.5; done; }}\n\
+         mapfile -t wp < $W/cpu.pressure; mapfile -t bp < $B/cpu.pressure; \
+         (IFS=';'; echo \"$t|$cm|${{cs[*]}}|${{ps[*]}}|${{ws[*]}}|${{bs[*]}}|$st|${{wp[*]}}|${{bp[*]}}\"); \
+         sleep 0.5; done; }}\n\
          sample > $out/samples.txt & sp=$!\npids=\n",
         c = svc.container_dir,
         p = svc.pod_dir,
-        g = g.pod_dir,
+        w = w.pod_dir,
         b = b.pod_dir,
     );
     sh.push_str(&load("svc", svc, &s.svc, 32));
-    sh.push_str(&load("guaranteed", g, &s.guaranteed, 8));
+    sh.push_str(&load("within", w, &s.within, 8));
     sh.push_str(&load("batch", b, &s.batch, 32));
     sh.push_str("wait $pids\ntouch $out/stop; wait $sp\ntouch $out/done\n");
     sh
-}
-
-/// One run's figures (a row of runs.csv).
-#[derive(Clone, Debug, serde::Serialize)]
-struct RunRow {
-    id: String,
-    config: &'static str,
-    rep: usize,
-    order: usize,
-    svc_p50_ms: f64,
-    svc_p99_ms: f64,
-    svc_p999_ms: f64,
-    svc_burst_p99_ms: f64,
-    svc_unfinished: u64,
-    svc_errors: u64,
-    throttled_ratio: f64,
-    throttled_s: f64,
-    pod_throttled_ratio: f64,
-    pod_throttled_s: f64,
-    cpu_bursts: u64,
-    svc_usage_m: f64,
-    guaranteed_p99_ms: f64,
-    guaranteed_contended_p99_ms: f64,
-    batch_demand_p99_ms: f64,
-    batch_demand_p50_ms: f64,
-    node_util: f64,
-    limit_changes: usize,
-    agent_patches_raise: f64,
-    agent_patches_lower: f64,
-    agent_dry_run_decisions: f64,
-    agent_cpu_s: f64,
-    raise1_s: Option<f64>,
-    raise2_s: Option<f64>,
-    lower_s: Option<f64>,
-    max_limit_m: u64,
-    host_load_before: String,
-    host_load_after: String,
-    burst_setting: String,
 }
 
 fn p(v: &Value, path: &[&str]) -> f64 {
@@ -431,7 +503,7 @@ struct Pods<'a> {
     node: &'a NodeVm,
     svc_api: Api<Pod>,
     svc: Target,
-    g: Target,
+    within: Target,
     b: Target,
 }
 
@@ -482,7 +554,7 @@ async fn run_one(
     } else {
         0
     };
-    let script = run_script(s, &id, &pods.svc, &pods.g, &pods.b);
+    let script = run_script(s, &id, &pods.svc, &pods.within, &pods.b);
     let dir = node.share_dir().join("benefit");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join(format!("{id}.sh")), script)?;
@@ -494,7 +566,7 @@ async fn run_one(
     .await?;
     let total = schedule::total(&s.svc)
         .max(schedule::total(&s.batch))
-        .max(schedule::total(&s.guaranteed));
+        .max(schedule::total(&s.within));
     let deadline = Instant::now() + total + Duration::from_secs(90);
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -517,8 +589,8 @@ async fn run_one(
     let load_after = loadavg();
     let svc: Value =
         serde_json::from_str(&read_out(node, &id, "svc.json").await?).context("svc.json")?;
-    let g: Value = serde_json::from_str(&read_out(node, &id, "guaranteed.json").await?)
-        .context("guaranteed.json")?;
+    let w: Value =
+        serde_json::from_str(&read_out(node, &id, "within.json").await?).context("within.json")?;
     let b: Value =
         serde_json::from_str(&read_out(node, &id, "batch.json").await?).context("batch.json")?;
     let (samples, bad) = analysis::parse_samples(&read_out(node, &id, "samples.txt").await?);
@@ -527,6 +599,7 @@ async fn run_one(
     }
     let (mut raise_p, mut lower_p, mut dry) = (0.0, 0.0, 0.0);
     let mut agent_cpu_s = 0.0;
+    let mut resizes = Vec::new();
     if let Some(agent) = agent {
         let m = agent.scrape().await?;
         let r = |res: &str, dir: &str| {
@@ -541,8 +614,12 @@ async fn run_one(
         lower_p = r("applied", "lower");
         dry = metric(&m, "headroom_resizes_total", &[("result", "dry_run")]).unwrap_or(0.0);
         agent_cpu_s = agent_cpu_us(node).await.saturating_sub(cpu_before) as f64 / 1e6;
-        let log = agent.log_tail(400).await;
-        std::fs::write(s.out.join(format!("raw/{id}-agent.log")), log)?;
+        // The unit's journal holds every run's; this run's lines follow
+        // its last `Started` line (`agent_log::last_start`).
+        let log = agent.log_tail(3000).await;
+        let this_run = agent_log::last_start(&log);
+        resizes = agent_log::resizes(this_run);
+        std::fs::write(s.out.join(format!("raw/{id}-agent.log")), this_run)?;
         agent.stop().await?;
     }
     let t0: f64 = svc["start_unix_ns"]
@@ -552,7 +629,7 @@ async fn run_one(
         / 1e9;
     let starts = schedule::phase_starts(&s.svc);
     let end = t0 + schedule::total(&s.svc).as_secs_f64();
-    let w = analysis::window(&samples, t0, end).context("no samples inside the run")?;
+    let win = analysis::window(&samples, t0, end).context("no samples inside the run")?;
     let bursts: Vec<(f64, f64)> = s
         .svc
         .iter()
@@ -578,6 +655,73 @@ async fn run_one(
     let demand_at =
         t0 + schedule::phase_starts(&s.batch)[demand_phase.min(s.batch.len() - 1)].as_secs_f64();
     let lower_s = analysis::first_lowering_after(&samples, demand_at, end);
+    // The within-request neighbour's contended phase (the batch demand).
+    let contended_phase = s
+        .within
+        .iter()
+        .position(|ph| ph.name == "contended")
+        .unwrap_or(1)
+        .min(s.within.len() - 1);
+    let contended_from = t0 + schedule::phase_starts(&s.within)[contended_phase].as_secs_f64();
+    let contended_to = contended_from + s.within[contended_phase].duration.as_secs_f64();
+    let within_stall = analysis::stall(&samples, t0, end, |x| x.within_pressure);
+    let within_contended_stall = analysis::stall(&samples, contended_from, contended_to, |x| {
+        x.within_pressure
+    });
+    let batch_stall = analysis::stall(&samples, t0, end, |x| x.batch_pressure);
+    let within_usage_m = {
+        let inside: Vec<&analysis::Sample> =
+            samples.iter().filter(|x| x.t >= t0 && x.t <= end).collect();
+        match (inside.first(), inside.last()) {
+            (Some(a), Some(b)) if b.t > a.t => {
+                b.within.usage_us.saturating_sub(a.within.usage_us) as f64 / 1e3 / (b.t - a.t)
+            }
+            _ => f64::NAN,
+        }
+    };
+    // The agent's lowerings of the service, each against the neighbours'
+    // stalls before it.
+    let mut lowerings_csv =
+        String::from("t_s,old_m,new_m,why,span_s,within_full_ms,batch_full_ms,verdict\n");
+    let (mut svc_lowerings, mut false_lowerings, mut unjudged_lowerings) = (0, 0, 0);
+    for r in resizes
+        .iter()
+        .filter(|r| r.of_pod("svc") && r.is_lowering())
+    {
+        let check = analysis::check_lowering(&samples, r.t, &NEIGHBOURS);
+        svc_lowerings += 1;
+        let verdict = if !check.judged() {
+            unjudged_lowerings += 1;
+            "unjudged".to_string()
+        } else if check.is_false() {
+            false_lowerings += 1;
+            "false".to_string()
+        } else {
+            format!("displaced:{}", check.displaced.join("+"))
+        };
+        let full = |n: &str| {
+            check
+                .full_ms
+                .iter()
+                .find(|(k, _)| *k == n)
+                .map(|(_, v)| format!("{v:.0}"))
+                .unwrap_or_default()
+        };
+        let _ = writeln!(
+            lowerings_csv,
+            "{:.2},{},{},{},{},{},{},{verdict}",
+            r.t - t0,
+            r.old_m,
+            r.new_m,
+            agent_log::LowerWhy::of(&r.why).as_str(),
+            check.span_s.map(|x| format!("{x:.2}")).unwrap_or_default(),
+            full("within"),
+            full("batch"),
+        );
+    }
+    if svc_lowerings > 0 {
+        std::fs::write(s.out.join(format!("raw/{id}-lowerings.csv")), lowerings_csv)?;
+    }
     let burst_phases: Vec<usize> = s
         .svc
         .iter()
@@ -590,21 +734,24 @@ async fn run_one(
         .map(|i| p(&svc, &["summary", "phases", &i.to_string(), "p99_ms"]))
         .fold(f64::NAN, f64::max);
     // Timeline CSV of this run (relative to the schedule's start).
-    let mut csv =
-        String::from("t_s,svc_rate,limit_m,usage_m,throttled_pct,guaranteed_m,batch_m,node_util\n");
+    let mut csv = String::from(
+        "t_s,svc_rate,limit_m,usage_m,throttled_pct,within_m,within_full_pct,batch_m,batch_full_pct,node_util\n",
+    );
     for r in analysis::timeline(&samples, t0) {
         let rate = rate_at(&s.svc, r.t);
         let _ = writeln!(
             csv,
-            "{:.2},{rate},{},{:.0},{:.1},{:.0},{:.0},{:.3}",
+            "{:.2},{rate},{},{:.0},{:.1},{:.0},{:.1},{:.0},{:.1},{:.3}",
             r.t,
             r.limit_m
                 .map(|m| m.to_string())
                 .unwrap_or_else(|| "max".into()),
             r.usage_m,
             r.throttled_pct,
-            r.guaranteed_m,
+            r.within_m,
+            r.within_full_pct,
             r.batch_m,
+            r.batch_full_pct,
             r.node_util
         );
     }
@@ -617,7 +764,7 @@ async fn run_one(
     std::fs::write(
         s.out.join(format!("raw/{id}-latency.json")),
         serde_json::to_string_pretty(
-            &json!({"svc": summary_only(&svc), "guaranteed": summary_only(&g), "batch": summary_only(&b)}),
+            &json!({"svc": summary_only(&svc), "within": summary_only(&w), "batch": summary_only(&b)}),
         )?,
     )?;
     let max_limit_m = samples
@@ -628,7 +775,7 @@ async fn run_one(
         .unwrap_or(0);
     Ok(RunRow {
         id,
-        config: config.name(),
+        config: config.name().to_string(),
         rep,
         order,
         svc_p50_ms: p(&svc, &["summary", "all", "p50_ms"]),
@@ -637,14 +784,21 @@ async fn run_one(
         svc_burst_p99_ms: burst_p99,
         svc_unfinished: svc["summary"]["unfinished"].as_u64().unwrap_or(0),
         svc_errors: svc["summary"]["errors"].as_u64().unwrap_or(0),
-        throttled_ratio: w.throttled_ratio,
-        throttled_s: w.throttled_s,
-        pod_throttled_ratio: w.pod_throttled_ratio,
-        pod_throttled_s: w.pod_throttled_s,
-        cpu_bursts: w.bursts,
-        svc_usage_m: w.usage_m,
-        guaranteed_p99_ms: p(&g, &["summary", "all", "p99_ms"]),
-        guaranteed_contended_p99_ms: p(&g, &["summary", "phases", "1", "p99_ms"]),
+        throttled_ratio: win.throttled_ratio,
+        throttled_s: win.throttled_s,
+        pod_throttled_ratio: win.pod_throttled_ratio,
+        pod_throttled_s: win.pod_throttled_s,
+        cpu_bursts: win.bursts,
+        svc_usage_m: win.usage_m,
+        within_p99_ms: p(&w, &["summary", "all", "p99_ms"]),
+        within_contended_p99_ms: p(
+            &w,
+            &["summary", "phases", &contended_phase.to_string(), "p99_ms"],
+        ),
+        within_usage_m,
+        within_some_pct: within_stall.map_or(f64::NAN, |x| x.some_pct),
+        within_full_pct: within_stall.map_or(f64::NAN, |x| x.full_pct),
+        within_contended_full_pct: within_contended_stall.map_or(f64::NAN, |x| x.full_pct),
         batch_demand_p99_ms: p(
             &b,
             &["summary", "phases", &demand_phase.to_string(), "p99_ms"],
@@ -653,8 +807,12 @@ async fn run_one(
             &b,
             &["summary", "phases", &demand_phase.to_string(), "p50_ms"],
         ),
-        node_util: w.node_util,
-        limit_changes: w.limit_changes,
+        batch_full_pct: batch_stall.map_or(f64::NAN, |x| x.full_pct),
+        node_util: win.node_util,
+        limit_changes: win.limit_changes,
+        svc_lowerings,
+        false_lowerings,
+        unjudged_lowerings,
         agent_patches_raise: raise_p,
         agent_patches_lower: lower_p,
         agent_dry_run_decisions: dry,
@@ -680,103 +838,6 @@ fn rate_at(phases: &[Phase], t: f64) -> f64 {
         at = end;
     }
     0.0
-}
-
-fn csv_field(v: &Value) -> String {
-    match v {
-        Value::Null => String::new(),
-        Value::String(s) => format!("\"{s}\""),
-        Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => format!("{f:.4}"),
-            _ => n.to_string(),
-        },
-        other => other.to_string(),
-    }
-}
-
-fn write_runs_csv(path: &Path, rows: &[RunRow]) -> anyhow::Result<()> {
-    let vals: Vec<Value> = rows
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<_, _>>()?;
-    let Some(Value::Object(first)) = vals.first() else {
-        return Ok(());
-    };
-    let keys: Vec<String> = first.keys().cloned().collect();
-    let mut out = keys.join(",") + "\n";
-    for v in &vals {
-        let line: Vec<String> = keys.iter().map(|k| csv_field(&v[k])).collect();
-        out.push_str(&line.join(","));
-        out.push('\n');
-    }
-    std::fs::write(path, out)?;
-    Ok(())
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
-/// Medians per configuration, and the neighbours against the static
-/// configuration's (their baseline: the service never exceeds its limit).
-fn summarise(rows: &[RunRow]) -> Value {
-    let mut by: BTreeMap<&str, Vec<&RunRow>> = BTreeMap::new();
-    for r in rows {
-        by.entry(r.config).or_default().push(r);
-    }
-    let med = |rs: &[&RunRow], f: fn(&RunRow) -> f64| median(rs.iter().map(|r| f(r)).collect());
-    let base = by.get("a-static").cloned().unwrap_or_default();
-    let base_g = med(&base, |r| r.guaranteed_contended_p99_ms);
-    let base_b = med(&base, |r| r.batch_demand_p99_ms);
-    let base_svc = med(&base, |r| r.svc_p99_ms);
-    let base_thr = med(&base, |r| r.throttled_ratio);
-    let mut out = serde_json::Map::new();
-    for (c, rs) in &by {
-        let rel = |x: Option<f64>, b: Option<f64>| match (x, b) {
-            (Some(x), Some(b)) if b > 0.0 => Some(100.0 * (x / b - 1.0)),
-            _ => None,
-        };
-        let svc_p99 = med(rs, |r| r.svc_p99_ms);
-        let thr = med(rs, |r| r.throttled_ratio);
-        let g = med(rs, |r| r.guaranteed_contended_p99_ms);
-        let b = med(rs, |r| r.batch_demand_p99_ms);
-        out.insert(
-            c.to_string(),
-            json!({
-                "runs": rs.len(),
-                "svc_p50_ms": med(rs, |r| r.svc_p50_ms),
-                "svc_p99_ms": svc_p99,
-                "svc_p999_ms": med(rs, |r| r.svc_p999_ms),
-                "svc_p99_vs_static_pct": rel(svc_p99, base_svc),
-                "throttled_ratio": thr,
-                "throttled_ratio_vs_static_pct": rel(thr, base_thr),
-                "throttled_s": med(rs, |r| r.throttled_s),
-                "pod_throttled_ratio": med(rs, |r| r.pod_throttled_ratio),
-                "guaranteed_contended_p99_ms": g,
-                "guaranteed_vs_baseline_pct": rel(g, base_g),
-                "batch_demand_p99_ms": b,
-                "batch_vs_baseline_pct": rel(b, base_b),
-                "node_util": med(rs, |r| r.node_util),
-                "limit_changes": med(rs, |r| r.limit_changes as f64),
-                "agent_cpu_s": med(rs, |r| r.agent_cpu_s),
-                "raise1_s": median(rs.iter().filter_map(|r| r.raise1_s).collect()),
-                "raise2_s": median(rs.iter().filter_map(|r| r.raise2_s).collect()),
-                "lower_s": median(rs.iter().filter_map(|r| r.lower_s).collect()),
-                "max_limit_m": med(rs, |r| r.max_limit_m as f64),
-            }),
-        );
-    }
-    Value::Object(out)
 }
 
 async fn bench(s: Settings) -> anyhow::Result<()> {
@@ -819,13 +880,14 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         ),
     )
     .await?;
+    // Burstable, no CPU limit: its steady load stays below its request.
     create(
         &nb_api,
         service_pod(
-            "guaranteed",
+            "within",
             node.name(),
-            json!({"cpu": "400m", "memory": "32Mi"}),
-            json!({"cpu": "400m", "memory": "32Mi"}),
+            json!({"cpu": format!("{WITHIN_REQUEST_M}m"), "memory": "32Mi"}),
+            json!({}),
         ),
     )
     .await?;
@@ -834,22 +896,22 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         service_pod(
             "batch",
             node.name(),
-            json!({"cpu": "100m", "memory": "32Mi"}),
+            json!({"cpu": format!("{BATCH_REQUEST_M}m"), "memory": "32Mi"}),
             json!({}),
         ),
     )
     .await?;
     let svc = wait_running(&svc_api, "svc").await?;
-    let g = wait_running(&nb_api, "guaranteed").await?;
+    let within = wait_running(&nb_api, "within").await?;
     let b = wait_running(&nb_api, "batch").await?;
     let pods = Pods {
         node,
         svc_api: svc_api.clone(),
         svc: target(node, &svc).await?,
-        g: target(node, &g).await?,
+        within: target(node, &within).await?,
         b: target(node, &b).await?,
     };
-    for t in [&pods.svc, &pods.g, &pods.b] {
+    for t in [&pods.svc, &pods.within, &pods.b] {
         node.sh(&format!(
             "for i in $(seq 1 60); do (exec 3<>/dev/tcp/{}/8080 && printf 'GET /healthz HTTP/1.1\\r\\n\\r\\n' >&3 && head -c 15 <&3) 2>/dev/null | grep -q 200 && exit 0; sleep 1; done; exit 1",
             t.ip
@@ -859,6 +921,13 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
     }
     let kernel = node.sh("uname -r").await.unwrap_or_default();
     let ready_at = started.elapsed();
+    match &s.baseline {
+        Some(b) => eprintln!(
+            "benefit: baseline: (a) service p99 {:.0} ms from {}",
+            b.svc_p99_ms, b.from
+        ),
+        None => eprintln!("benefit: no committed baseline to check (a) against"),
+    }
     eprintln!(
         "benefit: node ready with pods after {ready_at:.0?}; seed {}; kernel {}",
         s.seed,
@@ -877,34 +946,39 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         order += 1;
         let row = run_one(&s, &pods, *cfg, *rep, order).await?;
         eprintln!(
-            "benefit: {}: svc p50 {:.0} p99 {:.0} p99.9 {:.0} ms; throttled {:.1} % ({:.1} s); guaranteed p99 {:.0} ms; batch p99 {:.0} ms; node {:.0} %; limit changes {}; raise {:?}/{:?} s, lower {:?} s",
+            "benefit: {}: svc p50 {:.0} p99 {:.0} p99.9 {:.0} ms; throttled {:.1} % ({:.1} s); within p99 {:.0} ms, full {:.1} %; batch p99 {:.0} ms; node {:.0} %; limit changes {}; lowerings {} ({} false, {} unjudged); raise {:?}/{:?} s, lower {:?} s",
             row.id,
             row.svc_p50_ms,
             row.svc_p99_ms,
             row.svc_p999_ms,
             100.0 * row.throttled_ratio,
             row.throttled_s,
-            row.guaranteed_contended_p99_ms,
+            row.within_p99_ms,
+            row.within_full_pct,
             row.batch_demand_p99_ms,
             100.0 * row.node_util,
             row.limit_changes,
+            row.svc_lowerings,
+            row.false_lowerings,
+            row.unjudged_lowerings,
             row.raise1_s,
             row.raise2_s,
             row.lower_s
         );
         rows.push(row);
         // Written after every run, so an interrupted run keeps what it had.
-        write_runs_csv(&s.out.join("runs.csv"), &rows)?;
-        let summary = summarise(&rows);
+        std::fs::write(s.out.join("runs.csv"), summary::runs_csv(&rows)?)?;
+        let summary = summary::summarise(&rows);
         std::fs::write(
             s.out.join("summary.json"),
             serde_json::to_string_pretty(&summary)? + "\n",
         )?;
+        let (baseline, flagged) = summary::baseline_check(s.baseline.as_ref(), &rows);
         let meta = json!({
             "seed": s.seed,
             "reps": s.reps,
             "order": plan.iter().map(|(r, c)| format!("{}-r{r}", c.name())).collect::<Vec<_>>(),
-            "schedule": {"svc": phase_list(&s.svc), "batch": phase_list(&s.batch), "guaranteed": phase_list(&s.guaranteed)},
+            "schedule": {"svc": phase_list(&s.svc), "batch": phase_list(&s.batch), "within": phase_list(&s.within)},
             // The flags of each tuning candidate, for the table's labels.
             "tuned": s.configs.iter().filter_map(|c| match c {
                 Config::Tuned(t) => Some((t.name.clone(), json!(t.args.join(" ")))),
@@ -914,6 +988,15 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
             "burst_us": s.burst_us,
             "request_m": REQUEST_M,
             "limit_m": LIMIT_M,
+            "within_request_m": WITHIN_REQUEST_M,
+            "batch_request_m": BATCH_REQUEST_M,
+            "bootstrap": {"resamples": stats::RESAMPLES, "seed": stats::SEED, "level": stats::LEVEL},
+            "false_lowering": {"lookback_s": analysis::LOOKBACK_S, "displaced_share": analysis::DISPLACED_SHARE,
+                "max_sample_gap_s": analysis::MAX_SAMPLE_GAP_S},
+            // The committed (a) service p99 and this run's; `flagged` when
+            // this run's lies outside its range (not comparable).
+            "baseline": baseline,
+            "flagged": flagged,
             "node": {"name": node.name(), "cpus": node.spec.cpus, "driver": node.spec.driver.as_str(), "kernel": kernel.trim()},
             "boot_ready_s": c.boot_times.first().map(|b| b.2.as_secs_f64()),
             "setup_s": ready_at.as_secs_f64(),
@@ -930,8 +1013,14 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
     eprintln!(
         "benefit: done in {:.0?}; {}",
         started.elapsed(),
-        serde_json::to_string_pretty(&summarise(&rows))?
+        serde_json::to_string_pretty(&summary::summarise(&rows))?
     );
+    if let (baseline, true) = summary::baseline_check(s.baseline.as_ref(), &rows) {
+        eprintln!(
+            "benefit: WARNING: flagged: the static (a) service p99 median lies outside [0.5×, 2×] \
+             of the committed one ({baseline}); meta.json says so and the table opens with a warning"
+        );
+    }
     Ok(())
 }
 

@@ -1,11 +1,14 @@
 //! What the orchestrator makes of the in-guest sampler's lines: throttling
 //! and usage from `cpu.stat` deltas, node utilisation from `/proc/stat`,
-//! when the limit was raised or lowered. Pure functions over parsed samples.
+//! the neighbours' `cpu.pressure` stalls, when the limit was raised or
+//! lowered, and whether an agent lowering came while a neighbour was
+//! displaced. Pure functions over parsed samples.
 //!
 //! Sampler line (one per ~0.5 s, fields split by `|`):
 //! `EPOCHREALTIME|cpu.max of the service container|container cpu.stat|
-//! service pod cpu.stat|guaranteed pod cpu.stat|batch pod cpu.stat|/proc/stat cpu line`,
-//! each cpu.stat as `key value` pairs joined by `;`.
+//! service pod cpu.stat|within-request neighbour pod cpu.stat|batch pod cpu.stat|
+//! /proc/stat cpu line|within-request neighbour pod cpu.pressure|batch pod cpu.pressure`,
+//! each cpu.stat and cpu.pressure as its lines joined by `;`.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +23,32 @@ pub struct CpuStat {
     pub burst_us: u64,
 }
 
+/// The `total=` stall counters of a `cpu.pressure` file (µs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pressure {
+    pub some_us: u64,
+    pub full_us: u64,
+}
+
+/// `some avg10=… total=N;full avg10=… total=M` (a missing line reads 0).
+pub fn parse_pressure(s: &str) -> Pressure {
+    let mut p = Pressure::default();
+    for line in s.split(';') {
+        let mut it = line.split_whitespace();
+        let kind = it.next();
+        let total = it
+            .find_map(|kv| kv.strip_prefix("total="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        match kind {
+            Some("some") => p.some_us = total,
+            Some("full") => p.full_us = total,
+            _ => {}
+        }
+    }
+    p
+}
+
 /// One sampler line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
@@ -30,16 +59,19 @@ pub struct Sample {
     pub period_us: u64,
     pub container: CpuStat,
     pub pod: CpuStat,
-    pub guaranteed: CpuStat,
+    /// The within-request neighbour's pod.
+    pub within: CpuStat,
     pub batch: CpuStat,
     /// `/proc/stat` busy and total jiffies.
     pub node_busy: u64,
     pub node_total: u64,
+    pub within_pressure: Pressure,
+    pub batch_pressure: Pressure,
 }
 
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum SampleError {
-    #[error("sampler line has {0} fields, want 7")]
+    #[error("sampler line has {0} fields, want {FIELDS}")]
     Fields(usize),
     #[error("bad {0} in sampler line: {1:?}")]
     Field(&'static str, String),
@@ -79,9 +111,12 @@ fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
     Some((total - idle, total))
 }
 
+/// Fields of a sampler line.
+pub const FIELDS: usize = 9;
+
 pub fn parse_sample(line: &str) -> Result<Sample, SampleError> {
     let f: Vec<&str> = line.trim_end().split('|').collect();
-    if f.len() != 7 {
+    if f.len() != FIELDS {
         return Err(SampleError::Fields(f.len()));
     }
     let bad = |what, v: &str| SampleError::Field(what, v.to_string());
@@ -102,10 +137,12 @@ pub fn parse_sample(line: &str) -> Result<Sample, SampleError> {
         period_us,
         container: parse_cpu_stat(f[2]),
         pod: parse_cpu_stat(f[3]),
-        guaranteed: parse_cpu_stat(f[4]),
+        within: parse_cpu_stat(f[4]),
         batch: parse_cpu_stat(f[5]),
         node_busy,
         node_total,
+        within_pressure: parse_pressure(f[7]),
+        batch_pressure: parse_pressure(f[8]),
     })
 }
 
@@ -206,6 +243,110 @@ pub fn first_lowering_after(samples: &[Sample], from: f64, to: f64) -> Option<f6
         .map(|s| s.t - from)
 }
 
+/// A `cpu.pressure` stall of a window, as % of its wall time.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Stall {
+    pub some_pct: f64,
+    pub full_pct: f64,
+}
+
+/// The stall of `which` over `[from, to]` (first and last sample in it).
+pub fn stall(
+    samples: &[Sample],
+    from: f64,
+    to: f64,
+    which: fn(&Sample) -> Pressure,
+) -> Option<Stall> {
+    let mut inside = samples.iter().filter(|s| s.t >= from && s.t <= to);
+    let a = inside.next()?;
+    let b = inside.next_back()?;
+    let us = (b.t - a.t) * 1e6;
+    if us <= 0.0 {
+        return None;
+    }
+    let (pa, pb) = (which(a), which(b));
+    Some(Stall {
+        some_pct: 100.0 * pb.some_us.saturating_sub(pa.some_us) as f64 / us,
+        full_pct: 100.0 * pb.full_us.saturating_sub(pa.full_us) as f64 / us,
+    })
+}
+
+/// A neighbour whose displacement a lowering is judged against.
+#[derive(Clone, Copy, Debug)]
+pub struct Neighbour {
+    pub name: &'static str,
+    pub request_m: u64,
+    pub pressure: fn(&Sample) -> Pressure,
+}
+
+/// How far before a lowering the neighbours' stalls are looked at.
+pub const LOOKBACK_S: f64 = 3.0;
+/// A neighbour is displaced when its `full` stall in the look-back grew by
+/// more than this share of its request-equivalent (request × the window).
+pub const DISPLACED_SHARE: f64 = 0.10;
+/// The last sample before a lowering may be at most this old, or the
+/// lowering is not judged (the sampler had stopped or stalled).
+pub const MAX_SAMPLE_GAP_S: f64 = 1.5;
+
+/// What the samples say about one lowering at `t`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct LoweringCheck {
+    /// Seconds the samples around the look-back cover (`None`: not judged).
+    pub span_s: Option<f64>,
+    /// Each neighbour's `full` growth over the span, ms.
+    pub full_ms: Vec<(&'static str, f64)>,
+    /// The neighbours displaced by the rule.
+    pub displaced: Vec<&'static str>,
+}
+
+impl LoweringCheck {
+    /// Judged, and no neighbour was displaced: a false lowering.
+    pub fn is_false(&self) -> bool {
+        self.span_s.is_some() && self.displaced.is_empty()
+    }
+    pub fn judged(&self) -> bool {
+        self.span_s.is_some()
+    }
+}
+
+/// Whether a lowering at `t` (Unix s) came while a neighbour was displaced:
+/// from the last sample at or before `t - LOOKBACK_S` to the last sample at
+/// or before `t` (their span, ≈ 3 s), a neighbour is displaced when its
+/// `full` total grew by more than `DISPLACED_SHARE` × its request × the
+/// span (e.g. 150 ms in 3 s for a 500m request). Not judged when the
+/// samples do not reach back `LOOKBACK_S` or the last one is older than
+/// `MAX_SAMPLE_GAP_S`.
+pub fn check_lowering(samples: &[Sample], t: f64, neighbours: &[Neighbour]) -> LoweringCheck {
+    let before = |at: f64| samples.iter().rev().find(|s| s.t <= at);
+    let not_judged = LoweringCheck {
+        span_s: None,
+        full_ms: Vec::new(),
+        displaced: Vec::new(),
+    };
+    let (Some(a), Some(b)) = (before(t - LOOKBACK_S), before(t)) else {
+        return not_judged;
+    };
+    let span = b.t - a.t;
+    if span <= 0.0 || t - b.t > MAX_SAMPLE_GAP_S {
+        return not_judged;
+    }
+    let mut check = LoweringCheck {
+        span_s: Some(span),
+        ..not_judged
+    };
+    for n in neighbours {
+        let grew_us = (n.pressure)(b)
+            .full_us
+            .saturating_sub((n.pressure)(a).full_us) as f64;
+        check.full_ms.push((n.name, grew_us / 1e3));
+        let allowance_us = DISPLACED_SHARE * n.request_m as f64 / 1000.0 * span * 1e6;
+        if grew_us > allowance_us {
+            check.displaced.push(n.name);
+        }
+    }
+    check
+}
+
 /// One row per interval between samples: time (s from `t0`), limit, usage
 /// (millicores) of the service and the neighbours, throttled share of the
 /// interval's periods, node utilisation.
@@ -215,8 +356,11 @@ pub struct TimelineRow {
     pub limit_m: Option<u64>,
     pub usage_m: f64,
     pub throttled_pct: f64,
-    pub guaranteed_m: f64,
+    pub within_m: f64,
+    /// The within-request neighbour's `full` stall, % of the interval.
+    pub within_full_pct: f64,
     pub batch_m: f64,
+    pub batch_full_pct: f64,
     pub node_util: f64,
 }
 
@@ -241,8 +385,10 @@ pub fn timeline(samples: &[Sample], t0: f64) -> Vec<TimelineRow> {
                             .nr_periods
                             .saturating_sub(a.container.nr_periods),
                     ),
-                guaranteed_m: m(a.guaranteed.usage_us, b.guaranteed.usage_us),
+                within_m: m(a.within.usage_us, b.within.usage_us),
+                within_full_pct: m(a.within_pressure.full_us, b.within_pressure.full_us) / 10.0,
                 batch_m: m(a.batch.usage_us, b.batch.usage_us),
+                batch_full_pct: m(a.batch_pressure.full_us, b.batch_pressure.full_us) / 10.0,
                 node_util: ratio(
                     b.node_busy.saturating_sub(a.node_busy),
                     b.node_total.saturating_sub(a.node_total),
@@ -262,14 +408,58 @@ mod tests {
         )
     }
 
+    fn pressure(some: u64, full: u64) -> String {
+        format!(
+            "some avg10=1.00 avg60=0.50 avg300=0.10 total={some};full avg10=0.50 avg60=0.20 avg300=0.00 total={full}"
+        )
+    }
+
+    /// A sampler line; the neighbours' `full` totals are `usage / 10` (within)
+    /// and 0 (batch).
     fn line(t: f64, quota: &str, usage: u64, periods: u64, throttled: u64, busy: u64) -> String {
+        line_p(t, quota, usage, periods, throttled, busy, usage / 10, 0)
+    }
+
+    #[expect(clippy::too_many_arguments, reason = "one sampler line's counters")]
+    fn line_p(
+        t: f64,
+        quota: &str,
+        usage: u64,
+        periods: u64,
+        throttled: u64,
+        busy: u64,
+        within_full: u64,
+        batch_full: u64,
+    ) -> String {
         let c = stat(usage, periods, throttled, throttled * 1000);
         format!(
-            "{t}|{quota} 100000|{c}|{c}|{}|{}|cpu  {busy} 0 0 {} 0 0 0 0 0 0",
+            "{t}|{quota} 100000|{c}|{c}|{}|{}|cpu  {busy} 0 0 {} 0 0 0 0 0 0|{}|{}",
             stat(usage / 2, 0, 0, 0),
             stat(0, 0, 0, 0),
-            busy
+            busy,
+            pressure(2 * within_full, within_full),
+            pressure(2 * batch_full, batch_full),
         )
+    }
+
+    #[test]
+    fn parses_cpu_pressure_totals() {
+        assert_eq!(
+            parse_pressure(&pressure(7, 3)),
+            Pressure {
+                some_us: 7,
+                full_us: 3
+            }
+        );
+        // A kernel without the `full` line, or an unreadable file.
+        assert_eq!(
+            parse_pressure("some avg10=0.00 avg60=0.00 avg300=0.00 total=9"),
+            Pressure {
+                some_us: 9,
+                full_us: 0
+            }
+        );
+        assert_eq!(parse_pressure(""), Pressure::default());
     }
 
     #[test]
@@ -279,8 +469,11 @@ mod tests {
         assert_eq!(limit_m(&s), Some(300));
         assert_eq!(s.container.nr_throttled, 4);
         assert_eq!(s.container.throttled_us, 4000);
-        assert_eq!(s.guaranteed.usage_us, 2500);
+        assert_eq!(s.within.usage_us, 2500);
         assert_eq!((s.node_busy, s.node_total), (400, 800));
+        assert_eq!(s.within_pressure.full_us, 500);
+        assert_eq!(s.within_pressure.some_us, 1000);
+        assert_eq!(s.batch_pressure, Pressure::default());
         let max = parse_sample(&line(1.0, "max", 0, 0, 0, 0)).unwrap();
         assert_eq!(limit_m(&max), None);
         assert_eq!(
@@ -346,9 +539,84 @@ mod tests {
         assert_eq!(t[0].limit_m, Some(300));
         assert!((t[0].usage_m - 300.0).abs() < 1e-9);
         assert!((t[0].throttled_pct - 50.0).abs() < 1e-9);
-        assert!((t[0].guaranteed_m - 150.0).abs() < 1e-9);
+        assert!((t[0].within_m - 150.0).abs() < 1e-9);
+        // 30 ms of `full` in a 1 s interval.
+        assert!((t[0].within_full_pct - 3.0).abs() < 1e-9);
+        assert_eq!(t[0].batch_full_pct, 0.0);
         assert_eq!(t[4].limit_m, Some(600));
         assert_eq!(t[5].throttled_pct, 0.0);
         assert!((t[0].node_util - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn stall_of_a_window_as_share_of_wall() {
+        // within full grows 30 ms a second: 3 %; some twice that.
+        let st = stall(&run(), 0.0, 10.0, |s| s.within_pressure).unwrap();
+        assert!((st.full_pct - 3.0).abs() < 1e-9);
+        assert!((st.some_pct - 6.0).abs() < 1e-9);
+        let b = stall(&run(), 2.0, 6.0, |s| s.batch_pressure).unwrap();
+        assert_eq!(b.full_pct, 0.0);
+        assert!(stall(&run(), 3.0, 3.0, |s| s.within_pressure).is_none());
+        assert!(stall(&run(), 20.0, 30.0, |s| s.within_pressure).is_none());
+    }
+
+    const NEIGHBOURS: [Neighbour; 2] = [
+        Neighbour {
+            name: "within",
+            request_m: 500,
+            pressure: |s| s.within_pressure,
+        },
+        Neighbour {
+            name: "batch",
+            request_m: 100,
+            pressure: |s| s.batch_pressure,
+        },
+    ];
+
+    /// Samples every 0.5 s from t=100 to 110; `full` of within / batch grows
+    /// by `w` / `b` µs a second from t=105 on.
+    fn displaced_run(w: u64, b: u64) -> Vec<Sample> {
+        (0..=20)
+            .map(|i| {
+                let t = 100.0 + f64::from(i) * 0.5;
+                let grown = |rate: u64| ((t - 105.0).max(0.0) * rate as f64) as u64;
+                parse_sample(&line_p(t, "30000", 0, 0, 0, 0, grown(w), grown(b))).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lowering_without_a_displaced_neighbour_is_false() {
+        // 500m request: 10 % of it over 3 s is 150 ms, 50 ms a second.
+        let quiet = displaced_run(40_000, 0);
+        let c = check_lowering(&quiet, 108.2, &NEIGHBOURS);
+        assert_eq!(c.span_s, Some(3.0));
+        assert!(c.is_false() && c.judged());
+        assert_eq!(c.full_ms, vec![("within", 120.0), ("batch", 0.0)]);
+        let displaced = displaced_run(60_000, 0);
+        let c = check_lowering(&displaced, 108.2, &NEIGHBOURS);
+        assert_eq!(c.displaced, vec!["within"]);
+        assert!(!c.is_false());
+        // Before the growth starts, the same run's lowering is false.
+        assert!(check_lowering(&displaced, 104.9, &NEIGHBOURS).is_false());
+        // The batch neighbour's 100m request: 30 ms in 3 s.
+        let batch = displaced_run(0, 11_000);
+        assert_eq!(
+            check_lowering(&batch, 108.0, &NEIGHBOURS).displaced,
+            vec!["batch"]
+        );
+        assert!(check_lowering(&displaced_run(0, 9_000), 108.0, &NEIGHBOURS).is_false());
+    }
+
+    #[test]
+    fn a_lowering_outside_the_samples_is_not_judged() {
+        let s = displaced_run(0, 0);
+        // Samples start at 100: nothing 3 s before 102.
+        let early = check_lowering(&s, 102.0, &NEIGHBOURS);
+        assert!(!early.judged() && !early.is_false());
+        // The sampler stopped at 110.
+        assert!(!check_lowering(&s, 112.0, &NEIGHBOURS).judged());
+        assert!(check_lowering(&s, 111.0, &NEIGHBOURS).judged());
+        assert!(!check_lowering(&[], 105.0, &NEIGHBOURS).judged());
     }
 }

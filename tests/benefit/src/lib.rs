@@ -6,6 +6,7 @@
 //! Pure logic lives here (schedule, recording, HTTP framing) so it is unit
 //! tested; the binaries are thin I/O shells around it.
 
+pub mod agent_log;
 pub mod analysis;
 pub mod args;
 pub mod burn;
@@ -14,3 +15,5 @@ pub mod load;
 pub mod record;
 pub mod schedule;
 pub mod serve;
+pub mod stats;
+pub mod summary;
