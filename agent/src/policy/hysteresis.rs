@@ -526,7 +526,8 @@ mod tests {
         // Half the lowering band of a 400m limit: max(5% of 400, 25m) = 25m.
         let (mut tiny, mut half) = (false, false);
         for cap in 300..800 {
-            let (n, ds) = decide(&node(cap, 100, 20), &[input(&p, 100)], &cfg);
+            // Bursting 300m above its request: what is owed comes out of it.
+            let (n, ds) = decide(&node(cap, 400, 20), &[input(&p, 400)], &cfg);
             let Some(t) = ds[0].target_m.filter(|t| *t < 400) else {
                 continue;
             };

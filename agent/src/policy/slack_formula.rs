@@ -18,6 +18,8 @@ pub struct RawSlack {
     pub other_usage_m: Millis,
     /// Σ min(u_i, r_i) over managed pods.
     pub managed_within_request_m: Millis,
+    /// Σ max(u_i − r_i, 0) over managed pods: the burst they use now.
+    pub managed_burst_m: Millis,
     /// `C − reserve − U_other − Σ min(u_i, r_i)`; may be negative.
     pub raw_slack_m: i64,
 }
@@ -33,12 +35,17 @@ pub fn raw_slack(
 ) -> RawSlack {
     let managed_usage: Millis = managed.iter().map(|m| m.usage_m).sum();
     let within: Millis = managed.iter().map(|m| m.usage_m.min(m.request_m)).sum();
+    let burst: Millis = managed
+        .iter()
+        .map(|m| m.usage_m.saturating_sub(m.request_m))
+        .sum();
     let other = kubepods_usage_m.saturating_sub(managed_usage);
     let raw =
         i128::from(capacity_m) - i128::from(reserve_m) - i128::from(other) - i128::from(within);
     RawSlack {
         other_usage_m: other,
         managed_within_request_m: within,
+        managed_burst_m: burst,
         raw_slack_m: raw.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
     }
 }
@@ -62,10 +69,19 @@ pub struct ContentionInputs {
 /// Only displacement of a pod within its request takes slack back: a
 /// managed pod's own queued threads or its own throttling read as `some`
 /// (and throttling as `full`) but nobody else waits for the CPU it would
-/// be denied.
-pub fn after_demand(raw_slack_m: i64, demand_m: Millis) -> Millis {
+/// be denied. While someone is owed, the slack is also at most the burst
+/// managed pods use now less what is owed: a pod within its request that
+/// waits proves the node full, whatever the usage-based slack says (CPU
+/// the node's own processes use is not in it), so managed pods must come
+/// down by what is owed from where they are, not from a slack that was
+/// never there.
+pub fn after_demand(raw: &RawSlack, demand_m: Millis) -> Millis {
     let demand = i64::try_from(demand_m).unwrap_or(i64::MAX);
-    raw_slack_m.saturating_sub(demand).max(0) as Millis
+    let slack = raw.raw_slack_m.saturating_sub(demand).max(0) as Millis;
+    if demand_m == 0 {
+        return slack;
+    }
+    slack.min(raw.managed_burst_m.saturating_sub(demand_m))
 }
 
 #[cfg(test)]
@@ -90,7 +106,7 @@ mod tests {
     fn full_node_gives_negative_raw_slack_and_zero_damped() {
         let s = raw_slack(1000, 100, 2000, &[]);
         assert_eq!(s.raw_slack_m, -1100);
-        assert_eq!(after_demand(s.raw_slack_m, 0), 0);
+        assert_eq!(after_demand(&s, 0), 0);
     }
 
     #[test]
@@ -100,12 +116,33 @@ mod tests {
         assert_eq!(s.raw_slack_m, 700);
     }
 
+    fn raw(raw_slack_m: i64, managed_burst_m: Millis) -> RawSlack {
+        RawSlack {
+            other_usage_m: 0,
+            managed_within_request_m: 0,
+            managed_burst_m,
+            raw_slack_m,
+        }
+    }
+
     #[test]
     fn demand_is_taken_from_the_slack_down_to_zero() {
-        assert_eq!(after_demand(1000, 300), 700);
-        assert_eq!(after_demand(1000, 0), 1000);
-        assert_eq!(after_demand(200, 300), 0);
-        assert_eq!(after_demand(-50, 0), 0);
-        assert_eq!(after_demand(i64::MAX, Millis::MAX), 0);
+        assert_eq!(after_demand(&raw(1000, 2000), 300), 700);
+        assert_eq!(after_demand(&raw(1000, 0), 0), 1000);
+        assert_eq!(after_demand(&raw(200, 2000), 300), 0);
+        assert_eq!(after_demand(&raw(-50, 0), 0), 0);
+        assert_eq!(after_demand(&raw(i64::MAX, Millis::MAX), Millis::MAX), 0);
+    }
+
+    #[test]
+    fn while_someone_is_owed_managed_pods_come_down_from_their_burst() {
+        // The usage-based slack says 743m (the node's own processes use CPU
+        // it does not see); the managed pods burst 120m above their requests
+        // and a neighbour within its request is owed 143m: no slack at all.
+        assert_eq!(after_demand(&raw(743, 120), 143), 0);
+        // Owed 100m of a 400m burst: 300m left, below the raw 743 − 100.
+        assert_eq!(after_demand(&raw(743, 400), 100), 300);
+        // Nobody owed: the burst does not bound the slack.
+        assert_eq!(after_demand(&raw(743, 0), 0), 743);
     }
 }
