@@ -879,3 +879,126 @@ async fn node_lease_is_held_by_the_node_and_renewed() {
     })
     .await;
 }
+
+/// One cgroup's counters over one phase of the real-node attribution test
+/// (`tests/data/real-node-attribution.txt`), as percent of wall time.
+#[derive(Debug, Clone, Copy)]
+struct RealPsi {
+    usage: f64,
+    throttled: f64,
+    some: f64,
+    full: f64,
+    /// The managed pods' limits at the end of the window.
+    svc_limit_m: f64,
+    thr_limit_m: f64,
+}
+
+fn real_attribution() -> Vec<(String, String, String, RealPsi)> {
+    include_str!("../data/real-node-attribution.txt")
+        .lines()
+        .filter(|l| l.starts_with("RAWPSI "))
+        .map(|l| {
+            let kv: HashMap<&str, &str> = l
+                .split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .collect();
+            let n = |k: &str| -> f64 { kv[k].parse().expect(k) };
+            let pct = |k: &str| n(k) * 100.0 / n("dt_us");
+            let psi = RealPsi {
+                usage: pct("usage_us"),
+                throttled: pct("throttled_us"),
+                some: pct("some_us"),
+                full: pct("full_us"),
+                svc_limit_m: n("svc_limit_m"),
+                thr_limit_m: n("thr_limit_m"),
+            };
+            (
+                kv["node"].to_string(),
+                kv["phase"].to_string(),
+                kv["cgroup"].to_string(),
+                psi,
+            )
+        })
+        .collect()
+}
+
+/// Per-pod PSI parity with the real kernel (docs/kubelet-behaviour.md §8):
+/// the simulator's load model run on each recorded phase of
+/// `agent_in_the_vm_lowers_only_when_a_pod_within_its_request_is_displaced`
+/// — a managed pod (request 500m) with 2, 4 or 8 busy threads alone at its
+/// raised limit, then beside a one-thread neighbour (request = limit 800m),
+/// then lowered to 500m — must give each pod's `some` within 15 points and
+/// `full` within 10 of the real node's. The node's own processes are not
+/// modelled: the pods share what kubepods got on the real node that phase.
+#[test]
+fn per_pod_psi_matches_the_real_kernel_for_queued_and_displaced_threads() {
+    use testkit::kubelet_sim::load::{self, ContainerIn, PodIn};
+    use testkit::kubelet_sim::plan::cpu_weight;
+    let real = real_attribution();
+    assert!(real.len() >= 20, "recorded phases: {}", real.len());
+    let mut compared = 0;
+    for (node, phase, cgroup, got) in &real {
+        // A managed pod's limit changes within the `displaced` windows (the
+        // agent lowers it about 2 s in, the kubelet applies it seconds
+        // later): no single limit stands for it there. Its neighbour's is
+        // the figure the agent acts on.
+        let lowered_within = phase.starts_with("displaced") && cgroup != "steady";
+        if cgroup == "kubepods" || lowered_within || got.usage == 0.0 && got.full == 0.0 {
+            continue;
+        }
+        let kubepods = real
+            .iter()
+            .find(|(n, p, c, _)| n == node && p == phase && c == "kubepods")
+            .expect("kubepods of the phase")
+            .3;
+        // Busy threads of svc, thr and steady in each phase.
+        let (svc_threads, thr_threads, steady) = match phase.as_str() {
+            "lone-2" => (2.0, 0.0, false),
+            "lone-4" => (4.0, 0.0, false),
+            "lone-8" => (8.0, 0.0, false),
+            "displaced" | "after-lowering" => (4.0, 0.0, true),
+            "neighbour-alone" => (0.0, 0.0, true),
+            "throttled-alone" => (0.0, 2.0, false),
+            "displaced-by-throttled" => (0.0, 2.0, true),
+            other => panic!("unknown phase {other}"),
+        };
+        let pod = |demand_m: f64, limit_m: f64, request_m: u64| PodIn {
+            containers: vec![ContainerIn {
+                demand_m,
+                limit_m: Some(limit_m),
+            }],
+            limit_m: Some(limit_m),
+            weight: cpu_weight(request_m) as f64,
+        };
+        let pods = [
+            pod(svc_threads * 1000.0, got.svc_limit_m, 500),
+            pod(if steady { 1000.0 } else { 0.0 }, 800.0, 800),
+            pod(thr_threads * 1000.0, got.thr_limit_m, 200),
+        ];
+        let out = load::allocate(&pods, kubepods.usage * 10.0, 2);
+        let i = match cgroup.as_str() {
+            "svc" => 0,
+            "steady" => 1,
+            "thr" => 2,
+            other => panic!("unknown cgroup {other}"),
+        };
+        let s = load::container_stall(&out[i].containers[0], 0.85);
+        let (some, full) = (s.some * 100.0, s.full * 100.0);
+        eprintln!(
+            "measured: {node} {phase} {cgroup}: real some {:.1}% full {:.1}% (usage {:.1}%, throttled {:.1}%); sim some {some:.1}% full {full:.1}%",
+            got.some, got.full, got.usage, got.throttled
+        );
+        assert!(
+            (some - got.some).abs() <= 15.0,
+            "{node} {phase} {cgroup}: sim some {some:.1}% vs real {:.1}%",
+            got.some
+        );
+        assert!(
+            (full - got.full).abs() <= 10.0,
+            "{node} {phase} {cgroup}: sim full {full:.1}% vs real {:.1}%",
+            got.full
+        );
+        compared += 1;
+    }
+    assert!(compared >= 10, "{compared} pod phases compared");
+}

@@ -56,16 +56,26 @@
 //!   tick length (measured, not nominal). `throttled_usec` is one run queue's view:
 //!   `dt × (1 − quota/demand)`. `user_usec:system_usec` is 9:1. Hierarchical CFS
 //!   weights are flattened: pods compete by their own weight, whatever their QoS.
-//! - PSI is approximated: a container's stall fraction is the share of its demand
-//!   denied by node contention, plus `throttle_psi_weight` (default 0.85) × the share
-//!   denied by CFS quotas: the kernel counts a throttled task as runnable and not
-//!   running, so on a real node a single-threaded pod throttled at its limit adds
-//!   most of its throttled time to kubepods `some` (0.84–0.87 of it measured on
-//!   both real nodes; parity test `psi_of_a_pod_throttled_at_its_own_limit_matches_the_real_kernel`,
-//!   docs/kubelet-behaviour.md §8). A group's `some` is
-//!   P(any busy member stalls), `full` P(all busy members stall), assuming
-//!   independence. avg10/60/300 are continuous exponential moving averages with 10,
-//!   60 and 300 s windows (the kernel updates every 2 s); `total` is µs of `some`/`full`.
+//! - PSI is approximated per cgroup, the way the kernel (≥ 5.13) counts it
+//!   (docs/kubelet-behaviour.md §8). A container's demand is ⌈demand / 1000m⌉ busy
+//!   threads. What the node denies it after quotas is split in two: the part of its
+//!   demand beyond the node's CPUs is its own threads queued behind each other
+//!   (`self_queued`), the rest is displacement by other pods. Over the time its
+//!   threads were runnable on a CPU (`demand − self_queued`): `full` = (displaced +
+//!   `throttle_psi_weight` × throttled) / that, and `some` = min(1, `full` +
+//!   self_queued / that), because a thread waiting behind its own sibling is `some`
+//!   but never `full` (one of them runs). So on 2 CPUs a lone pod with 3 busy threads
+//!   reads `some` 50 %, with 4 or more 100 %, `full` 0; a single thread reads
+//!   `some` = `full` = its denied share. Throttling is weighted (default 0.85): the
+//!   kernel counts a throttled task as runnable and not running, so a
+//!   single-threaded pod throttled at its limit adds most of its throttled time to
+//!   kubepods `some` (0.84–0.87 of it measured on both real nodes; parity test
+//!   `psi_of_a_pod_throttled_at_its_own_limit_matches_the_real_kernel`). A group's
+//!   `some` is 1 − Π(1 − `some`ᵢ), its `full` Π `full`ᵢ over busy members, assuming
+//!   independence; threads are not pooled across a pod's containers, so two
+//!   containers that only together outnumber the CPUs read as displacing each other.
+//!   avg10/60/300 are continuous exponential moving averages with 10, 60 and 300 s
+//!   windows (the kernel updates every 2 s); `total` is µs of `some`/`full`.
 //! - No admission: every resize is accepted (never `PodResizePending`
 //!   `Deferred`/`Infeasible`), there is no eviction, no restarts for
 //!   `resizePolicy: RestartContainer`, no memory files, no probes, no images.

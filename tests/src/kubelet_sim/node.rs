@@ -102,9 +102,7 @@ pub(crate) fn write_node_tree(cfg: &SimConfig) -> std::io::Result<()> {
         "cgroup.subtree_control",
         "cpu memory pids\n",
     )?;
-    // The host's online CPUs as the root cgroup lists them: as many as the
-    // node's allocatable needs (a real host has at least that many).
-    let cpus = cfg.allocatable_cpu_m.div_ceil(1000).max(1);
+    let cpus = online_cpus(cfg);
     write_atomic(
         &cfg.cgroup_root,
         "cpuset.cpus.effective",
@@ -124,4 +122,10 @@ pub(crate) fn write_node_tree(cfg: &SimConfig) -> std::io::Result<()> {
         ensure_cgroup(&abs(cfg, &cfg.layout.qos_dir(qos)), &max, 1, cfg.write_mode)?;
     }
     Ok(())
+}
+
+/// The host's online CPUs as the root cgroup lists them: as many as the
+/// node's allocatable needs (a real host has at least that many).
+pub(crate) fn online_cpus(cfg: &SimConfig) -> u64 {
+    cfg.allocatable_cpu_m.div_ceil(1000).max(1)
 }

@@ -15,7 +15,7 @@ use super::layout::SimQos;
 use super::load::{
     self, CgroupCounters, ContainerIn, ContainerOut, Member, PodIn, PodOut, QuotaLoad, Stall,
 };
-use super::node::{HOST_IP, abs};
+use super::node::{HOST_IP, abs, online_cpus};
 use super::pods::{PodEntry, update_qos_weights, write_pod_cgroups};
 use super::resize::Step;
 use super::status::{StatusInput, status_patch};
@@ -167,7 +167,11 @@ fn advance_load(cfg: &SimConfig, st: &mut State, dt_us: f64) {
     };
     let loads = read_loads(cfg, st);
     let inputs: Vec<PodIn> = loads.iter().map(|l| l.input.clone()).collect();
-    let outs = load::allocate(&inputs, node_capacity_m(cfg, &tick.kubepods));
+    let outs = load::allocate(
+        &inputs,
+        node_capacity_m(cfg, &tick.kubepods),
+        online_cpus(cfg),
+    );
     let mut share = NodeShare::default();
     for (pod, out) in loads.iter().zip(&outs) {
         if let Some(entry) = st.pods.get_mut(&pod.key) {
@@ -291,15 +295,17 @@ fn advance_container(
     cin: &ContainerIn,
     cout: &ContainerOut,
 ) -> Member {
-    let stall = load::stall_fraction(cout, tick.cfg.throttle_psi_weight);
+    let stall = load::container_stall(cout, tick.cfg.throttle_psi_weight);
+    // Threads queued behind its own never reach the quota.
     let quota = cin.limit_m.map(|limit_m| QuotaLoad {
-        load_m: cout.demand_m,
+        load_m: cout.demand_m - cout.self_queued_m,
         limit_m,
     });
-    tick.advance(counters, cout.got_m, quota, Stall::of_one(stall));
+    tick.advance(counters, cout.got_m, quota, stall);
     Member {
         demand_m: cout.demand_m,
-        stall,
+        some: stall.some,
+        full: stall.full,
     }
 }
 
