@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
 use testkit::control_plane::resize;
@@ -1246,6 +1246,439 @@ async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_in_the_vm_keeps_a_pod_throttled_at_its_own_limit_raised_on_an_idle_node() {
     on_every_node_with_agents(own_throttling_on).await;
+}
+
+/// Δ counters of one cgroup over an interval: CPU used, own throttling and
+/// PSI `some`/`full` (µs; throttled time is summed over CPUs, PSI is wall).
+#[derive(Debug, Clone, Copy, Default)]
+struct CgDelta {
+    usage_us: u64,
+    throttled_us: u64,
+    some_us: u64,
+    full_us: u64,
+}
+
+impl CgDelta {
+    /// Percent of `dt_us` for each counter, one line.
+    fn pct(&self, dt_us: u64) -> String {
+        let p = |v: u64| v as f64 * 100.0 / dt_us.max(1) as f64;
+        format!(
+            "usage {:.1}% throttled {:.1}% some {:.1}% full {:.1}%",
+            p(self.usage_us),
+            p(self.throttled_us),
+            p(self.some_us),
+            p(self.full_us)
+        )
+    }
+
+    /// Displacement (full beyond own throttling) as millicores over `dt_us`.
+    fn displaced_m(&self, dt_us: u64) -> u64 {
+        self.full_us.saturating_sub(self.throttled_us) * 1000 / dt_us.max(1)
+    }
+}
+
+/// Reads `cpu.stat` and `cpu.pressure` of each named cgroup (absolute
+/// paths) twice, `secs` apart, in one ssh session; the interval in µs and
+/// each cgroup's deltas.
+async fn cg_deltas(
+    node: &NodeVm,
+    dirs: &[(&str, &str)],
+    secs: u64,
+) -> (u64, std::collections::BTreeMap<String, CgDelta>) {
+    let mut snap = String::from("echo T $(date +%s%N);");
+    for (name, dir) in dirs {
+        snap.push_str(&format!(
+            " echo {name} $(awk '/^usage_usec/ {{u=$2}} /^throttled_usec/ {{t=$2}} END {{print u+0, t+0}}' {dir}/cpu.stat) \
+             $(awk '{{print substr($5, 7)}}' {dir}/cpu.pressure | tr '\\n' ' ');"
+        ));
+    }
+    let out = node
+        .sh(&format!("{snap} echo SPLIT; sleep {secs}; {snap}"))
+        .await
+        .expect("read counters");
+    let (a, b) = out.split_once("SPLIT").expect("two snapshots");
+    let parse = |text: &str| {
+        text.lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let k = it.next()?.to_string();
+                let v: Vec<u64> = it.map(|x| x.parse().unwrap_or(0)).collect();
+                Some((k, v))
+            })
+            .collect::<std::collections::BTreeMap<String, Vec<u64>>>()
+    };
+    let (a, b) = (parse(a), parse(b));
+    let at = |m: &std::collections::BTreeMap<String, Vec<u64>>, k: &str, i: usize| {
+        m.get(k).and_then(|v| v.get(i)).copied().unwrap_or(0)
+    };
+    let d = |k: &str, i: usize| at(&b, k, i).saturating_sub(at(&a, k, i));
+    let dt_us = d("T", 0) / 1000;
+    let deltas = dirs
+        .iter()
+        .map(|(name, _)| {
+            (
+                name.to_string(),
+                CgDelta {
+                    usage_us: d(name, 0),
+                    throttled_us: d(name, 1),
+                    some_us: d(name, 2),
+                    full_us: d(name, 3),
+                },
+            )
+        })
+        .collect();
+    (dt_us, deltas)
+}
+
+/// A busybox pod whose busy threads a test switches on and off from the
+/// node: one shell loop blocks reading the wanted count from the FIFO
+/// `/run/headroom-test/<ns>/<name>/n` (a hostPath the pod sees as `/ctl`),
+/// then starts or kills busy subshells to match. Idle, it runs nothing at
+/// all: a pod that polled (even one `sleep` a second) waited behind the busy
+/// pod long enough, under emulation, to be a displaced pod within its
+/// request — which the agent then rightly served.
+fn switched(name: &str, node: &str, ns: &str, req: &str, lim: &str) -> Value {
+    let script = "n=0; pids=; while :; do w=; read w < /ctl/n || continue; \
+        [ -n \"$pids\" ] && kill $pids; pids=; i=0; \
+        while [ $i -lt ${w:-0} ]; do (while :; do :; done) & pids=\"$pids $!\"; i=$((i+1)); done; \
+        done";
+    let mut c = container("app", json!({"cpu": req}), json!({"cpu": lim}));
+    c["command"] = json!(["/bin/sh", "-c", script]);
+    c["volumeMounts"] = json!([{"name": "ctl", "mountPath": "/ctl"}]);
+    let mut p = pod(name, node, vec![c]);
+    p["spec"]["volumes"] = json!([{"name": "ctl", "hostPath": {
+        "path": ctl_dir(ns, name), "type": "Directory"}}]);
+    p
+}
+
+fn ctl_dir(ns: &str, name: &str) -> String {
+    format!("/run/headroom-test/{ns}/{name}")
+}
+
+/// Makes the control FIFO of a [`switched`] pod (before the pod starts).
+async fn make_ctl(node: &NodeVm, ns: &str, name: &str) {
+    let dir = ctl_dir(ns, name);
+    node.sh(&format!("mkdir -p {dir} && mkfifo {dir}/n"))
+        .await
+        .expect("control fifo");
+}
+
+/// Asks `name` for `n` busy threads; the guest's clock (epoch seconds)
+/// when the pod read it.
+async fn set_threads(node: &NodeVm, ns: &str, name: &str, n: u32) -> f64 {
+    let dir = ctl_dir(ns, name);
+    let out = node
+        .sh(&format!(
+            "timeout 30 sh -c 'echo {n} > {dir}/n' && date +%s.%N"
+        ))
+        .await
+        .expect("switch threads");
+    out.trim().parse().unwrap_or_else(|_| {
+        panic!(
+            "{}: {name} did not read its control fifo: {out}",
+            node.name()
+        )
+    })
+}
+
+/// Waits until the kubelet reports container "app" of `name` at its spec
+/// limit (a resize applied), whatever the agent set last.
+async fn applied(api: &Api<Pod>, agent: &GuestAgent<'_>, name: &str) -> Pod {
+    wait_pod(api, agent, name, "resize applied", KUBELET_APPLY, |p| {
+        let status = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.name == "app"))
+            .and_then(|c| c.resources.as_ref())
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| millis(l.get("cpu")));
+        status.is_some() && status == app_limit_m(p)
+    })
+    .await
+}
+
+/// Waits until `name`'s limit is applied and stays put for 8 s (the agent
+/// may lower in more than one step); that limit.
+async fn settled(api: &Api<Pod>, agent: &GuestAgent<'_>, name: &str) -> u64 {
+    for _ in 0..10 {
+        let m = app_limit_m(&applied(api, agent, name).await).expect("limit");
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        if app_limit_m(&api.get(name).await.expect("get")) == Some(m) {
+            return m;
+        }
+    }
+    panic!(
+        "{}: {name}'s limit never settled:\n{}",
+        agent.node.name(),
+        agent.log_tail(60).await
+    );
+}
+
+/// Guest time (epoch s) of the agent's first lowering of `pod` (ns/name)
+/// after `since`, from its journal; `None` if there is none yet.
+async fn first_lowering_after(
+    agent: &GuestAgent<'_>,
+    pod: &str,
+    since: f64,
+) -> Option<(f64, String)> {
+    let out = agent
+        .node
+        .sh(&format!(
+            "journalctl -u {} --no-pager -o short-unix | grep 'resized' | grep 'pod={pod} '",
+            agent.unit
+        ))
+        .await
+        .unwrap_or_default();
+    out.lines().find_map(|l| {
+        let at: f64 = l.split_whitespace().next()?.parse().ok()?;
+        let lower = l.contains("why=lower ");
+        (at >= since && lower).then(|| (at, l.to_string()))
+    })
+}
+
+/// The contention signal on a real kernel, one node, four phases with the
+/// agent at its production defaults (only the drift grace widened for the
+/// emulated kubelet):
+/// 1. a managed pod (request 500m, ceiling 2000m) runs 2, 4 then 8 busy
+///    threads alone for a minute each: its threads queue behind each other
+///    (`some` without `full`), nobody else waits — raised, never lowered;
+/// 2. a neighbour within its request (Burstable 800m/800m, one busy thread,
+///    not managed) starts beside it: the managed pod is lowered, within a
+///    few ticks, sized to what the neighbour waited for; once settled, the
+///    neighbour's `full` is back within 5 points of its baseline (the
+///    managed pod idle);
+/// 3. the managed pod idles and opts out, a second managed pod (request
+///    200m, default ceiling 800m) runs 2 threads throttled at its ceiling,
+///    alone: raised to it, not lowered;
+/// 4. the neighbour starts again beside it: its displacement still lowers
+///    the throttled pod (the kubepods-wide subtraction of the pods'
+///    throttling, summed over CPUs, hid it).
+///
+/// Prints MEASURE/RAWPSI lines: the per-cgroup facts docs/kubelet-behaviour.md §8
+/// pins, and the lowering latencies.
+#[allow(clippy::too_many_lines)]
+async fn attribution_on(c: &RealCluster, node: &NodeVm) {
+    let client = c.cp.client().await;
+    let n = node.name();
+    let ns = c.cp.namespace(&format!("attr-{n}")).await;
+    let other = c.cp.namespace(&format!("nbr-{n}")).await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let nbr: Api<Pod> = Api::namespaced(client.clone(), &other);
+    for (namespace, pod) in [(&ns, "svc"), (&ns, "thr"), (&other, "steady")] {
+        make_ctl(node, namespace, pod).await;
+    }
+    let mut svc = switched("svc", n, &ns, "500m", "1000m");
+    svc["metadata"]["annotations"] = json!({"headroom.dev/ceiling": "2000m"});
+    create(&api, svc).await;
+    // Opted out until phase 3: an idle managed pod takes its share of the
+    // slack, so svc alone shows what one pod on an idle node gets.
+    let mut thr = switched("thr", n, &ns, "200m", "300m");
+    thr["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    create(&api, thr).await;
+    create(&nbr, switched("steady", n, &other, "800m", "800m")).await;
+    wait_running(&api, "svc", POD_START).await;
+    wait_running(&api, "thr", POD_START).await;
+    wait_running(&nbr, "steady", POD_START).await;
+    let dir_of = |p: Pod| async move {
+        node.pod_cgroup(p.metadata.uid.as_deref().expect("uid"))
+            .await
+            .expect("pod cgroup")
+    };
+    let svc_dir = dir_of(api.get("svc").await.expect("get")).await;
+    let thr_dir = dir_of(api.get("thr").await.expect("get")).await;
+    let nbr_dir = dir_of(nbr.get("steady").await.expect("get")).await;
+    let kp = format!("/sys/fs/cgroup/{}", node.spec.kubepods_dir());
+    let cgs = [
+        ("kubepods", kp.as_str()),
+        ("svc", svc_dir.as_str()),
+        ("thr", thr_dir.as_str()),
+        ("steady", nbr_dir.as_str()),
+    ];
+    // One line per cgroup, with the managed pods' limits at the end of the
+    // window (the simulator's parity test replays each line).
+    let raw = |phase: String, dt: u64, d: std::collections::BTreeMap<String, CgDelta>| {
+        let api = api.clone();
+        async move {
+            let lim = |name: &'static str| {
+                let api = api.clone();
+                async move { app_limit_m(&api.get(name).await.expect("get")).unwrap_or(0) }
+            };
+            let (svc_m, thr_m) = (lim("svc").await, lim("thr").await);
+            for (k, v) in &d {
+                eprintln!(
+                    "RAWPSI node={n} phase={phase} cgroup={k} dt_us={dt} usage_us={} throttled_us={} some_us={} full_us={} svc_limit_m={svc_m} thr_limit_m={thr_m} ({})",
+                    v.usage_us,
+                    v.throttled_us,
+                    v.some_us,
+                    v.full_us,
+                    v.pct(dt)
+                );
+            }
+        }
+    };
+
+    let agent = GuestAgent::start(node, &["--drift-grace".into(), "180s".into()])
+        .await
+        .expect("agent starts");
+    let svc_name = format!("{ns}/svc");
+    let thr_name = format!("{ns}/thr");
+
+    // 1. Alone, 2/4/8 threads: raised, never lowered.
+    set_threads(node, &ns, "svc", 2).await;
+    let high = wait_pod(
+        &api,
+        &agent,
+        "svc",
+        "raise to 1500m+",
+        Duration::from_secs(180),
+        |p| app_limit_m(p).is_some_and(|m| m >= 1500),
+    )
+    .await;
+    let high = app_limit_m(&high).expect("limit");
+    let lone_from = set_threads(node, &ns, "svc", 2).await;
+    let mut history = Vec::new();
+    for threads in [2, 4, 8] {
+        set_threads(node, &ns, "svc", threads).await;
+        let until = Instant::now() + Duration::from_secs(45);
+        while Instant::now() < until {
+            let m = app_limit_m(&api.get("svc").await.expect("get")).expect("limit");
+            history.push((threads, m));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let (dt, d) = cg_deltas(node, &cgs, 10).await;
+        raw(format!("lone-{threads}"), dt, d.clone()).await;
+    }
+    let lowered = first_lowering_after(&agent, &svc_name, lone_from).await;
+    eprintln!("MEASURE {n} lone threads: svc limit (threads, m) {history:?}");
+    assert_eq!(
+        lowered,
+        None,
+        "{n}: a pod alone whose own threads queue was lowered:\n{}",
+        agent.log_tail(60).await
+    );
+
+    // 2. A neighbour within its request starts: lowered, sized, soon.
+    set_threads(node, &ns, "svc", 4).await;
+    let t0 = set_threads(node, &other, "steady", 1).await;
+    let (dt, d) = cg_deltas(node, &cgs, 5).await;
+    raw("displaced".into(), dt, d.clone()).await;
+    let lowered = wait_pod(
+        &api,
+        &agent,
+        "svc",
+        "lowering for the neighbour",
+        Duration::from_secs(120),
+        |p| app_limit_m(p).is_some_and(|m| m < high),
+    )
+    .await;
+    let (at, line) = first_lowering_after(&agent, &svc_name, t0)
+        .await
+        .expect("the lowering is in the agent's journal");
+    let to = app_limit_m(&lowered).expect("limit");
+    eprintln!(
+        "MEASURE {n} displaced neighbour: svc {high}m → {to}m, decided {:.1} s after the neighbour was switched on: {line}",
+        at - t0
+    );
+    assert!(to >= 500, "{n}: below the request: {to}m");
+    assert!(
+        at - t0 <= 6.0,
+        "{n}: lowering decided {:.1} s after the neighbour started (tick 1 s; its loop polls every 1 s)",
+        at - t0
+    );
+    let settled = settled(&api, &agent, "svc").await;
+    let (dt, d) = cg_deltas(node, &cgs, 10).await;
+    raw("after-lowering".into(), dt, d.clone()).await;
+    let full_m = |d: &CgDelta, dt: u64| d.full_us * 1000 / dt.max(1);
+    let after = full_m(&d["steady"], dt);
+    let (settled_d, settled_dt) = (d["steady"], dt);
+    // Its baseline: the same neighbour with the managed pod idle (under
+    // emulation the node's own processes displace it too; alone it is
+    // throttled at its own 800m instead of waiting for svc).
+    set_threads(node, &ns, "svc", 0).await;
+    let (dt, d) = cg_deltas(node, &cgs, 10).await;
+    raw("neighbour-alone".into(), dt, d.clone()).await;
+    let base = full_m(&d["steady"], dt);
+    eprintln!(
+        "MEASURE {n} neighbour's full {after}m (beyond its throttling {}m) with svc settled at {settled}m, {base}m with svc idle",
+        settled_d.displaced_m(settled_dt)
+    );
+    assert!(
+        after <= base + 50,
+        "{n}: the neighbour's full is {after}m with svc at {settled}m, {base}m at its baseline"
+    );
+
+    // 3. The throttled pod alone: raised to its ceiling, not lowered.
+    set_threads(node, &other, "steady", 0).await;
+    // thr managed, svc no longer: an idle managed svc would take 5/7 of the
+    // slack (water-filled by request) and keep thr below its ceiling.
+    let managed =
+        |on: bool| json!({"metadata": {"annotations": {"headroom.dev/managed": on.to_string()}}});
+    for (pod, on) in [("svc", false), ("thr", true)] {
+        api.patch(pod, &PatchParams::default(), &Patch::Merge(&managed(on)))
+            .await
+            .expect("opt in or out");
+    }
+    let thr_from = set_threads(node, &ns, "thr", 2).await;
+    wait_pod(
+        &api,
+        &agent,
+        "thr",
+        "raise to its ceiling 800m",
+        Duration::from_secs(180),
+        |p| app_limit_m(p) == Some(800),
+    )
+    .await;
+    applied(&api, &agent, "thr").await;
+    let (dt, d) = cg_deltas(node, &cgs, 10).await;
+    raw("throttled-alone".into(), dt, d.clone()).await;
+    assert_eq!(
+        first_lowering_after(&agent, &thr_name, thr_from).await,
+        None,
+        "{n}: a pod throttled at its ceiling, alone, was lowered:\n{}",
+        agent.log_tail(60).await
+    );
+
+    // 4. The neighbour beside the throttled pod: still lowers it.
+    let t1 = set_threads(node, &other, "steady", 1).await;
+    let (dt, d) = cg_deltas(node, &cgs, 5).await;
+    raw("displaced-by-throttled".into(), dt, d.clone()).await;
+    wait_pod(
+        &api,
+        &agent,
+        "thr",
+        "lowering for the neighbour",
+        Duration::from_secs(120),
+        |p| app_limit_m(p).is_some_and(|m| m < 800),
+    )
+    .await;
+    let (at, line) = first_lowering_after(&agent, &thr_name, t1)
+        .await
+        .expect("the lowering is in the agent's journal");
+    eprintln!(
+        "MEASURE {n} neighbour beside a throttled pod: decided {:.1} s after it started: {line}",
+        at - t1
+    );
+    assert!(
+        at - t1 <= 6.0,
+        "{n}: lowering decided {:.1} s after the neighbour started",
+        at - t1
+    );
+    let patches = |p: &Pod| p.metadata.generation.unwrap_or(1) - 1;
+    eprintln!(
+        "MEASURE {n} patches: svc {}, thr {}",
+        patches(&api.get("svc").await.expect("get")),
+        patches(&api.get("thr").await.expect("get"))
+    );
+    agent.stop().await.expect("agent stops");
+    cleanup(&client, &[ns.as_str(), other.as_str()]).await;
+    let _ = node.sh("rm -rf /run/headroom-test").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_in_the_vm_lowers_only_when_a_pod_within_its_request_is_displaced() {
+    on_every_node_with_agents(attribution_on).await;
 }
 
 /// Drift grace of the drift scenario: nothing is resized there, so no kubelet

@@ -315,7 +315,11 @@ pub fn decide(
         node.kubepods_usage_m,
         &usages,
     );
-    let slack_m = slack_formula::after_demand(&raw, node.contention.demand_m);
+    let slack_m = slack_formula::after_demand(
+        &raw,
+        node.contention.demand_m,
+        node.contention.displaced_pods > 0,
+    );
 
     // Fill in uid order so ties do not depend on the caller's order.
     let mut order: Vec<usize> = (0..managed.len()).collect();

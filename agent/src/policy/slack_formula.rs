@@ -69,16 +69,18 @@ pub struct ContentionInputs {
 /// Only displacement of a pod within its request takes slack back: a
 /// managed pod's own queued threads or its own throttling read as `some`
 /// (and throttling as `full`) but nobody else waits for the CPU it would
-/// be denied. While someone is owed, the slack is also at most the burst
-/// managed pods use now less what is owed: a pod within its request that
-/// waits proves the node full, whatever the usage-based slack says (CPU
-/// the node's own processes use is not in it), so managed pods must come
-/// down by what is owed from where they are, not from a slack that was
-/// never there.
-pub fn after_demand(raw: &RawSlack, demand_m: Millis) -> Millis {
+/// be denied. While a pod waits this interval (`waiting_now`), the slack is
+/// also at most the burst managed pods use now less what is owed: a pod
+/// within its request that waits proves the node full, whatever the
+/// usage-based slack says (CPU the node's own processes use is not in it),
+/// so managed pods must come down by what is owed from where they are, not
+/// from a slack that was never there. What is still held after the waiting
+/// stopped only shrinks the slack: a pod that starts bursting then must not
+/// be sent to its floor for a neighbour that no longer waits.
+pub fn after_demand(raw: &RawSlack, demand_m: Millis, waiting_now: bool) -> Millis {
     let demand = i64::try_from(demand_m).unwrap_or(i64::MAX);
     let slack = raw.raw_slack_m.saturating_sub(demand).max(0) as Millis;
-    if demand_m == 0 {
+    if demand_m == 0 || !waiting_now {
         return slack;
     }
     slack.min(raw.managed_burst_m.saturating_sub(demand_m))
@@ -106,7 +108,7 @@ mod tests {
     fn full_node_gives_negative_raw_slack_and_zero_damped() {
         let s = raw_slack(1000, 100, 2000, &[]);
         assert_eq!(s.raw_slack_m, -1100);
-        assert_eq!(after_demand(&s, 0), 0);
+        assert_eq!(after_demand(&s, 0, false), 0);
     }
 
     #[test]
@@ -127,11 +129,14 @@ mod tests {
 
     #[test]
     fn demand_is_taken_from_the_slack_down_to_zero() {
-        assert_eq!(after_demand(&raw(1000, 2000), 300), 700);
-        assert_eq!(after_demand(&raw(1000, 0), 0), 1000);
-        assert_eq!(after_demand(&raw(200, 2000), 300), 0);
-        assert_eq!(after_demand(&raw(-50, 0), 0), 0);
-        assert_eq!(after_demand(&raw(i64::MAX, Millis::MAX), Millis::MAX), 0);
+        assert_eq!(after_demand(&raw(1000, 2000), 300, true), 700);
+        assert_eq!(after_demand(&raw(1000, 0), 0, false), 1000);
+        assert_eq!(after_demand(&raw(200, 2000), 300, true), 0);
+        assert_eq!(after_demand(&raw(-50, 0), 0, false), 0);
+        assert_eq!(
+            after_demand(&raw(i64::MAX, Millis::MAX), Millis::MAX, true),
+            0
+        );
     }
 
     #[test]
@@ -139,10 +144,13 @@ mod tests {
         // The usage-based slack says 743m (the node's own processes use CPU
         // it does not see); the managed pods burst 120m above their requests
         // and a neighbour within its request is owed 143m: no slack at all.
-        assert_eq!(after_demand(&raw(743, 120), 143), 0);
+        assert_eq!(after_demand(&raw(743, 120), 143, true), 0);
         // Owed 100m of a 400m burst: 300m left, below the raw 743 − 100.
-        assert_eq!(after_demand(&raw(743, 400), 100), 300);
+        assert_eq!(after_demand(&raw(743, 400), 100, true), 300);
         // Nobody owed: the burst does not bound the slack.
-        assert_eq!(after_demand(&raw(743, 0), 0), 743);
+        assert_eq!(after_demand(&raw(743, 0), 0, false), 743);
+        // Still held, nobody waiting now (on the real node a pod that had
+        // just opted in went to its floor for 27m held): only shrinks it.
+        assert_eq!(after_demand(&raw(1700, 0), 27, false), 1673);
     }
 }
