@@ -166,8 +166,9 @@ pub fn water_fill(wants: &[f64], weights: &[f64], capacity: f64) -> Vec<f64> {
 ///   it runs while others hold its CPUs or a quota holds it back (the kernel counts
 ///   throttled tasks as stalled: 0.84–0.87 of the throttled time showed on a real
 ///   node).
-/// - `some` = min(1, `full` + self_queued / runnable): also while one of its
-///   threads runs and another waits behind it, which is never `full`.
+/// - `some` = `full` + (1 − `full`) × [`SELF_QUEUE_PSI`] × min(1, self_queued /
+///   runnable): also while one of its threads runs and another waits behind it,
+///   which is never `full`.
 ///
 /// One thread never self-queues: `some` = `full` = (displaced + weight ×
 /// throttled) / demand.
@@ -185,11 +186,19 @@ pub fn container_stall(c: &ContainerOut, throttle_weight: f64) -> Stall {
     }
     let displaced = c.node_denied_m() - c.self_queued_m;
     let full = ((displaced + throttle_weight * c.throttled_m()) / runnable).clamp(0.0, 1.0);
+    let queued = (c.self_queued_m / runnable).min(1.0);
     Stall {
-        some: (full + c.self_queued_m / runnable).clamp(0.0, 1.0),
+        some: (full + (1.0 - full) * SELF_QUEUE_PSI * queued).clamp(0.0, 1.0),
         full,
     }
 }
+
+/// The share of the time a pod whose threads outnumber the CPUs has one of
+/// them waiting behind another: on the real nodes 4 and 8 busy threads on 2
+/// CPUs read `some` 81–98 % (docs/kubelet-behaviour.md §8; parity test
+/// `per_pod_psi_matches_the_real_kernel_for_queued_and_displaced_threads`),
+/// not 100 %.
+pub const SELF_QUEUE_PSI: f64 = 0.9;
 
 /// One busy-or-idle member of a PSI group: its demand and stall.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -418,7 +427,8 @@ mod tests {
 
     #[test]
     fn lone_pod_threads_beyond_the_cpus_are_some_not_full() {
-        for (demand, some) in [(2000.0, 0.0), (3000.0, 0.5), (4000.0, 1.0), (8000.0, 1.0)] {
+        let q = SELF_QUEUE_PSI;
+        for (demand, some) in [(2000.0, 0.0), (3000.0, 0.5 * q), (4000.0, q), (8000.0, q)] {
             let s = stalls(&[pod(&[(demand, None)], None, 10.0)], 2000.0)[0][0];
             assert!(
                 close(s.some, some) && close(s.full, 0.0),
@@ -429,7 +439,10 @@ mod tests {
                 some: s.some,
                 full: s.full,
             }]);
-            assert_eq!(g, s, "a pod of one container reads as the container");
+            assert!(
+                close(g.some, s.some) && close(g.full, s.full),
+                "a pod of one container reads as the container: {g:?} {s:?}"
+            );
         }
     }
 
@@ -471,7 +484,7 @@ mod tests {
             let took = n.got_m / 2000.0;
             assert!(close(h.self_queued_m, 2000.0), "{h:?}");
             assert!(
-                close(hs.full, took) && close(hs.some, 1.0),
+                close(hs.full, took) && close(hs.some, took + (1.0 - took) * SELF_QUEUE_PSI),
                 "{demand}m: {hs:?}"
             );
         }
