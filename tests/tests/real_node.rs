@@ -1447,7 +1447,7 @@ async fn first_lowering_after(
 ///    not managed) starts beside it: the managed pod is lowered, within a
 ///    few ticks, sized to what the neighbour waited for; once settled, the
 ///    neighbour's `full` is back within 5 points of its baseline (the
-///    managed pod idle);
+///    managed pod idle), or the managed pod is at its floor;
 /// 3. the managed pod idles and opts out, a second managed pod (request
 ///    200m, default ceiling 800m) runs 2 threads throttled at its ceiling,
 ///    alone: raised to it, not lowered;
@@ -1604,9 +1604,12 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
         "MEASURE {n} neighbour's full {after}m (beyond its throttling {}m) with svc settled at {settled}m, {base}m with svc idle",
         settled_d.displaced_m(settled_dt)
     );
+    // As far as needed: back to its baseline, or svc at its floor (its
+    // request: at 500m its 4 threads still burst through each period's quota
+    // and displace the neighbour by 0–110m on the emulated node).
     assert!(
-        after <= base + 50,
-        "{n}: the neighbour's full is {after}m with svc at {settled}m, {base}m at its baseline"
+        after <= base + 50 || settled == 500,
+        "{n}: the neighbour's full is {after}m with svc at {settled}m (above its 500m floor), {base}m at its baseline"
     );
 
     // 3. The throttled pod alone: raised to its ceiling, not lowered.
