@@ -27,9 +27,6 @@ pub enum CapacitySource {
     KubepodsCpuMax,
     NodeAllocatable,
     OnlineCpus,
-    /// Online CPUs less what the node's own processes (everything outside
-    /// kubepods: kubelet, runtime, daemons) used over the interval.
-    OnlineCpusLessNode,
     /// Nothing known: capacity 0, so no slack is claimed.
     Unknown,
 }
@@ -115,9 +112,6 @@ pub struct NodeSlack {
     pub usage_basis: UsageBasis,
     /// `capacity − usage`, at least 0.
     pub slack_m: Millis,
-    /// CPU the node's own processes used over the interval (root cgroup
-    /// usage minus kubepods'); `None` without the root's `cpu.stat`.
-    pub node_processes_m: Option<Millis>,
     pub pressure_some_avg10: Option<f64>,
     pub pressure_full_avg10: Option<f64>,
     /// Stall over the interval; `None` without PSI on kubepods in both
@@ -191,22 +185,6 @@ pub fn capacity(kubepods: &CgroupSample, cap: CapacityInputs) -> (Millis, Capaci
     .unwrap_or((0, CapacitySource::Unknown))
 }
 
-/// CPU used outside kubepods over the interval: Δroot − Δkubepods usage,
-/// millicores; `None` without both roots' counters or on a reset.
-fn node_processes(prev: &NodeSnapshot, cur: &NodeSnapshot, dt_us: u64) -> Option<Millis> {
-    let root = cur.root_usage_usec?.checked_sub(prev.root_usage_usec?)?;
-    let pods = cur
-        .kubepods
-        .cpu_stat
-        .usage_usec
-        .checked_sub(prev.kubepods.cpu_stat.usage_usec)?;
-    if dt_us == 0 {
-        return None;
-    }
-    let own = root.saturating_sub(pods);
-    Some(((u128::from(own) * 1000 + u128::from(dt_us) / 2) / u128::from(dt_us)) as Millis)
-}
-
 /// Δ`usage_usec` over `dt_us` in millicores (rounded to nearest); `None` on
 /// a counter reset.
 fn rate_m(prev: &CpuStat, cur: &CpuStat, dt_us: u64) -> Option<Millis> {
@@ -271,19 +249,7 @@ fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage 
 /// Measures the node between two snapshots of the same node.
 pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> NodeSlack {
     let dt_us = cur.at_us.saturating_sub(prev.at_us);
-    let node_processes_m = node_processes(prev, cur, dt_us);
-    let (mut capacity_m, mut capacity_source) = capacity(&cur.kubepods, cap);
-    // Pods can only use the CPUs the node's own processes leave: on the
-    // emulated real nodes those took 400–900m of 2 CPUs, and a slack that
-    // ignored them never saw the node fill.
-    if let Some(own) = node_processes_m
-        && cap.online_cpus > 0
-    {
-        let left = cap.online_cpus.saturating_mul(1000).saturating_sub(own);
-        if left < capacity_m {
-            (capacity_m, capacity_source) = (left, CapacitySource::OnlineCpusLessNode);
-        }
-    }
+    let (capacity_m, capacity_source) = capacity(&cur.kubepods, cap);
     let by_uid: HashMap<&str, &PodCgroup> = prev.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
     let pods: Vec<PodUsage> = cur
         .pods
@@ -333,7 +299,6 @@ pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> 
         usage_m,
         usage_basis,
         slack_m,
-        node_processes_m,
         pressure_some_avg10: pressure.map(|p| p.some.avg10),
         pressure_full_avg10: pressure.and_then(|p| p.full.map(|f| f.avg10)),
         stall,
@@ -397,7 +362,6 @@ mod tests {
                 driver: Driver::Systemd,
                 kubepods: "kubepods.slice".into(),
             },
-            root_usage_usec: None,
             kubepods,
             pods,
             unlisted_qos: vec![],
@@ -422,34 +386,6 @@ mod tests {
         assert_eq!(s.usage_m, 1500);
         assert_eq!(s.usage_basis, UsageBasis::Kubepods);
         assert_eq!(s.slack_m, 2300);
-    }
-
-    #[test]
-    fn the_node_own_processes_bound_the_capacity() {
-        // 2 CPUs; over 1 s the whole node used 1.9 s of CPU, kubepods 1.2 s:
-        // the node's own processes took 700m, so pods have 1300m.
-        let cap = CapacityInputs {
-            node_allocatable_m: Some(2000),
-            online_cpus: 2,
-        };
-        let mut a = snap(0, sample(None, 0, 0, 0), vec![]);
-        let mut b = snap(1_000_000, sample(None, 1_200_000, 0, 0), vec![]);
-        a.root_usage_usec = Some(5_000_000);
-        b.root_usage_usec = Some(6_900_000);
-        let s = measure(&a, &b, cap);
-        assert_eq!(s.node_processes_m, Some(700));
-        assert_eq!(
-            (s.capacity_m, s.capacity_source),
-            (1300, CapacitySource::OnlineCpusLessNode)
-        );
-        assert_eq!(s.slack_m, 100);
-        // A busy node's processes never raise the capacity; unknown (no root
-        // cpu.stat, or its counter reset) leaves it as it was.
-        b.root_usage_usec = Some(6_000_000);
-        assert_eq!(measure(&a, &b, cap).capacity_m, 2000);
-        b.root_usage_usec = Some(1);
-        let s = measure(&a, &b, cap);
-        assert_eq!((s.node_processes_m, s.capacity_m), (None, 2000));
     }
 
     #[test]

@@ -28,7 +28,6 @@ pub enum ScanError {
 /// caller's monotonic clock, stored in the snapshot for rate computations.
 pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, ScanError> {
     let mut r = Reader::new(root, root.join(&layout.kubepods));
-    let root_usage_usec = r.root_usage();
     let kubepods = r.sample().map_err(ScanError::Kubepods)?;
     let top = r.subdirs().map_err(ScanError::Kubepods)?;
     let mut pods = Vec::with_capacity(top.len());
@@ -66,7 +65,6 @@ pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, Sc
     Ok(NodeSnapshot {
         at_us,
         layout: layout.clone(),
-        root_usage_usec,
         kubepods,
         pods,
         unlisted_qos,
@@ -103,7 +101,6 @@ pub fn rescan(
     depth: impl Fn(&PodCgroup, &CgroupSample) -> Depth,
 ) -> Result<NodeSnapshot, ScanError> {
     let mut r = Reader::new(root, root.join(&index.layout.kubepods));
-    let root_usage_usec = r.root_usage();
     let kubepods = r.sample().map_err(ScanError::Kubepods)?;
     let mut pods = Vec::new();
     for p in &index.pods {
@@ -146,7 +143,6 @@ pub fn rescan(
     Ok(NodeSnapshot {
         at_us,
         layout: index.layout.clone(),
-        root_usage_usec,
         kubepods,
         pods,
         unlisted_qos: index.unlisted_qos.clone(),
@@ -353,17 +349,6 @@ impl Reader {
             .and_then(|s| s.throttled_usec)
     }
 
-    /// `usage_usec` of the root cgroup (the whole node); absent or bad reads
-    /// as unknown (recorded, like bad PSI). Leaves `self.path` as it was.
-    fn root_usage(&mut self) -> Option<u64> {
-        let at = std::mem::replace(&mut self.path, self.root.clone());
-        let usage = self
-            .optional("cpu.stat", parse::cpu_stat)
-            .map(|s| s.usage_usec);
-        self.path = at;
-        usage
-    }
-
     /// Reads the pod cgroup at `self.path`.
     fn pod(&mut self, uid: String, qos: Qos) -> PodCgroup {
         let path = self.rel();
@@ -411,25 +396,6 @@ impl Reader {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_root_usage_is_read_when_the_root_has_cpu_stat() {
-        let (t, layout) = tree();
-        assert_eq!(scan(t.path(), &layout, 0).unwrap().root_usage_usec, None);
-        fs::write(
-            t.path().join("cpu.stat"),
-            "usage_usec 4242\nuser_usec 4000\nsystem_usec 242\n",
-        )
-        .unwrap();
-        let full = scan(t.path(), &layout, 0).unwrap();
-        assert_eq!(full.root_usage_usec, Some(4242));
-        let light = rescan(t.path(), &full, 1, |_, _| Depth::Skip).unwrap();
-        assert_eq!(light.root_usage_usec, Some(4242));
-        fs::write(t.path().join("cpu.stat"), "garbage\n").unwrap();
-        let bad = scan(t.path(), &layout, 2).unwrap();
-        assert_eq!(bad.root_usage_usec, None, "a bad file reads as unknown");
-        assert_eq!(bad.issues.len(), 1, "and is reported: {:?}", bad.issues);
-    }
 
     #[test]
     fn rescan_reads_pressure_only_at_stat_pressure_depth() {

@@ -214,10 +214,6 @@ pub struct NodeSnapshot {
     /// Monotonic time of the read, µs (from the caller's clock).
     pub at_us: u64,
     pub layout: Layout,
-    /// `usage_usec` of the root cgroup: every task of the node, its own
-    /// processes included (Linux ≥ 5.8). `None` where the file is absent
-    /// (fixtures, the simulated kubelet, older kernels).
-    pub root_usage_usec: Option<u64>,
     pub kubepods: CgroupSample,
     pub pods: Vec<PodCgroup>,
     /// QoS classes whose directory could not be listed: their pods are

@@ -219,7 +219,6 @@ pub fn capacity_source(c: CapacitySource) -> &'static str {
         CapacitySource::KubepodsCpuMax => "kubepods cpu.max",
         CapacitySource::NodeAllocatable => "Node allocatable",
         CapacitySource::OnlineCpus => "CPUs in cpuset.cpus.effective",
-        CapacitySource::OnlineCpusLessNode => "CPUs less the node's own processes",
         CapacitySource::Unknown => "unknown",
     }
 }

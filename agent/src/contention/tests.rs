@@ -61,7 +61,6 @@ fn snap(at_us: u64, kubepods: At, pods: Vec<PodCgroup>) -> NodeSnapshot {
             driver: Driver::Systemd,
             kubepods: "kubepods.slice".into(),
         },
-        root_usage_usec: None,
         kubepods: sample(kubepods, true),
         pods,
         unlisted_qos: vec![],

@@ -453,7 +453,6 @@ pub(crate) mod tests {
                 driver: Driver::Cgroupfs,
                 kubepods: "kubepods".into(),
             },
-            root_usage_usec: None,
             kubepods: sample(max(None)),
             pods: vec![readable.clone(), locked],
             unlisted_qos: vec![Qos::Burstable],
