@@ -102,6 +102,7 @@ fn bench(c: &mut Criterion) {
             cpus: 64,
         };
         let calm = Contention::default();
+        let managed = contention::managed(&views, "n", &opted, Some(true));
         let round = |s: &node_slack::NodeSlack, c: &Contention| {
             let r = observe_round(
                 "n",
@@ -144,7 +145,14 @@ fn bench(c: &mut Criterion) {
                 at += 1_000_000;
                 let light = cgroup::rescan(t.path(), &cur, at, |_, _| Depth::StatPressure).unwrap();
                 let s = node_slack::measure(&cur, &light, cap);
-                let c = contention::attribute(&cur, &light, &s, &contention::requests(&views), th);
+                let c = contention::attribute(
+                    &cur,
+                    &light,
+                    &s,
+                    &contention::requests(&views),
+                    &managed,
+                    th,
+                );
                 black_box(round(&s, &c))
             })
         });

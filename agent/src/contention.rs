@@ -7,16 +7,19 @@
 //! - its tasks displaced by other cgroups' tasks: `full` beyond its own
 //!   throttling.
 //!
-//! Only the last, for a pod that is within its CPU request, is someone else
-//! waiting for CPU Headroom lent out: that amount, sized per pod, is what the
-//! policy takes back from managed pods above their requests. A managed pod's
-//! own queueing or throttling never lowers it.
+//! Only the last is someone else waiting for CPU Headroom lent out. A pod
+//! within its CPU request is owed what it waited for; a pod Headroom does not
+//! manage that bursts above its request is owed its request-weighted share of
+//! it beside the managed pods that burst too (CFS would share the surplus by
+//! weight, which follows the request). The policy takes that back from
+//! managed pods above their requests. A managed pod's own queueing or
+//! throttling never lowers it.
 //!
 //! Reading is tiered: per-pod `cpu.pressure` only while the kubepods
 //! aggregate shows a stall ([`Gate`]); a calm node reads no pod's pressure.
 //! Pure: the caller reads the files.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -82,8 +85,10 @@ pub struct Displaced {
     pub request_m: Millis,
     /// Used less than its request: what it waited for was its own.
     pub within_request: bool,
-    /// What it is owed: `min(request − usage, displaced)` when it counts
-    /// (within its request, past the threshold), else 0.
+    /// What it is owed, once past the threshold: `min(request − usage,
+    /// displaced)` within its request; above it, for a pod not managed,
+    /// `displaced × request / (request + Σ requests of the managed pods that
+    /// burst)`; else 0.
     pub deficit_m: Millis,
 }
 
@@ -128,6 +133,27 @@ fn pod_pressure(p: &PodCgroup) -> Option<Pressure> {
     p.sample.as_ref().ok()?.pressure
 }
 
+/// uids of the pods Headroom manages, as [`attribute`] takes them.
+pub fn managed<'a>(
+    views: &'a [PodView],
+    node_name: &str,
+    opted_in_namespaces: &HashSet<String>,
+    pod_level_resize_supported: Option<bool>,
+) -> HashSet<&'a str> {
+    views
+        .iter()
+        .filter(|v| {
+            let ctx = crate::policy::EligibilityCtx {
+                node_name,
+                namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
+                pod_level_resize_supported,
+            };
+            crate::policy::eligibility(v, &ctx).is_ok()
+        })
+        .map(|v| v.uid.as_str())
+        .collect()
+}
+
 /// uid → CPU request of each pod, as [`attribute`] takes them.
 pub fn requests(views: &[PodView]) -> HashMap<&str, Millis> {
     views
@@ -138,12 +164,13 @@ pub fn requests(views: &[PodView]) -> HashMap<&str, Millis> {
 
 /// Attributes the interval's stall to pods. `requests` maps uid → the pod's
 /// CPU request (pods not in it, e.g. not in the watch cache yet, count as
-/// requesting nothing).
+/// requesting nothing); `managed` holds the uids Headroom manages.
 pub fn attribute(
     prev: &NodeSnapshot,
     cur: &NodeSnapshot,
     slack: &NodeSlack,
     requests: &HashMap<&str, Millis>,
+    managed: &HashSet<&str>,
     t: Thresholds,
 ) -> Contention {
     let dt = slack.interval_us;
@@ -155,6 +182,16 @@ pub fn attribute(
     if dt == 0 {
         return out;
     }
+    let request_of = |uid: &str| requests.get(uid).copied().unwrap_or(0);
+    // Requests of the managed pods bursting above them: the weight the
+    // surplus is shared against.
+    let bursting: Millis = slack
+        .pods
+        .iter()
+        .filter(|p| managed.contains(p.uid.as_str()))
+        .filter(|p| p.usage_m.unwrap_or(0) > request_of(&p.uid))
+        .map(|p| request_of(&p.uid))
+        .sum();
     let before: HashMap<&str, Pressure> = prev
         .pods
         .iter()
@@ -183,8 +220,14 @@ pub fn attribute(
         let usage_m = usage.usage_m.unwrap_or(0);
         let within_request = usage_m < request_m;
         let threshold = (request_m as f64 * t.min_pct_of_request / 100.0).ceil() as Millis;
-        let deficit_m = if within_request && displaced_m >= threshold.max(MIN_DISPLACED_M) {
+        let past = displaced_m >= threshold.max(MIN_DISPLACED_M);
+        let deficit_m = if !past {
+            0
+        } else if within_request {
             (request_m - usage_m).min(displaced_m)
+        } else if !managed.contains(cg.uid.as_str()) && bursting > 0 {
+            (u128::from(displaced_m) * u128::from(request_m) / u128::from(request_m + bursting))
+                as Millis
         } else {
             0
         };

@@ -131,7 +131,8 @@ pub(crate) fn stateless_round(
         min_pct_of_request: policy.pressure_start_pct,
         cpus,
     };
-    let c = contention::attribute(&prev, &cur, &s, &contention::requests(views), t);
+    let managed = contention::managed(views, node_name, opted, None);
+    let c = contention::attribute(&prev, &cur, &s, &contention::requests(views), &managed, t);
     let round = observe_round(
         node_name,
         views,

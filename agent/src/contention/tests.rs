@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use super::*;
@@ -73,7 +73,7 @@ const T: Thresholds = Thresholds {
     cpus: 2,
 };
 
-/// One second between `a` and `b` on a 2-CPU node.
+/// One second between `a` and `b` on a 2-CPU node; pod "m" is managed.
 fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Contention {
     let cap = CapacityInputs {
         node_allocatable_m: Some(2000),
@@ -81,7 +81,8 @@ fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Conte
     };
     let slack = node_slack::measure(a, b, cap);
     let req: HashMap<&str, Millis> = requests.iter().copied().collect();
-    attribute(a, b, &slack, &req, T)
+    let managed: HashSet<&str> = ["m"].into();
+    attribute(a, b, &slack, &req, &managed, T)
 }
 
 /// Pod "n" alone (kubepods idle) from zero counters to `later` in one
@@ -211,8 +212,8 @@ fn what_a_pod_is_owed_is_capped_at_its_unmet_request() {
 
 #[test]
 fn a_pod_above_its_request_is_displaced_but_not_owed() {
-    // The usage-based slack already counts a burster's usage; its wait for
-    // more is not a claim on anyone's CPU.
+    // Alone (no managed pod bursting beside it), a burster's wait for more
+    // is not a claim on anyone's CPU.
     let c = alone(
         100,
         At {
@@ -225,6 +226,53 @@ fn a_pod_above_its_request_is_displaced_but_not_owed() {
     assert_eq!(c.displaced.len(), 1);
     assert!(!c.displaced[0].within_request);
     assert_eq!(c.demand_m, 0);
+}
+
+#[test]
+fn an_unmanaged_burster_is_owed_its_request_share_beside_a_bursting_managed_pod() {
+    // A 3-thread batch pod (request 100m) waits 400 ms beside a managed pod
+    // bursting to 800m on a 200m request: CFS would split the surplus 1:2.
+    let a = snap(
+        0,
+        At::default(),
+        vec![pod("m", At::default(), true), pod("h", At::default(), true)],
+    );
+    let b = snap(
+        SEC,
+        At {
+            usage: 1_600_000,
+            some: SEC,
+            ..At::default()
+        },
+        vec![
+            pod(
+                "m",
+                At {
+                    usage: 800_000,
+                    some: 400_000,
+                    full: 300_000,
+                    ..At::default()
+                },
+                true,
+            ),
+            pod(
+                "h",
+                At {
+                    usage: 800_000,
+                    some: 600_000,
+                    full: 400_000,
+                    ..At::default()
+                },
+                true,
+            ),
+        ],
+    );
+    let c = run(&a, &b, &[("m", 200), ("h", 100)]);
+    assert_eq!(c.demand_m, 133, "{c:?}");
+    let h = c.owed().next().unwrap();
+    assert_eq!((h.uid.as_str(), h.within_request), ("h", false));
+    // The managed pod's own displacement is never owed to anyone.
+    assert!(c.displaced.iter().any(|d| d.uid == "m" && d.deficit_m == 0));
 }
 
 #[test]

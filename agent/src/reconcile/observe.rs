@@ -247,7 +247,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             min_pct_of_request: self.settings.policy.pressure_start_pct,
             cpus: self.online_cpus,
         };
-        contention::attribute(prev, cur, slack, &contention::requests(views), t)
+        let opted = self.caches.opted_in_namespaces();
+        let managed = contention::managed(
+            views,
+            &self.settings.node_name,
+            &opted,
+            self.pod_level.supported,
+        );
+        contention::attribute(prev, cur, slack, &contention::requests(views), &managed, t)
     }
 
     /// Counts every read error of the snapshot; logs them when they change.
