@@ -51,25 +51,7 @@ fn readme_main_command_prints_the_documented_output() {
 
 #[test]
 fn plan_on_the_fixture_raises_one_pod_and_lowers_another_with_true_reasons() {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let f = repo.join("cgroup-fixtures/kind");
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom-agent"))
-        .args(["plan", "--json", "--interval", "10s", "--cgroup-root"])
-        .arg(f.join("root"))
-        .arg("--later")
-        .arg(f.join("later"))
-        .arg("--pods")
-        .arg(f.join("pods.json"))
-        .arg("--node")
-        .arg(f.join("node.json"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = plan_json("kind");
     let slack = v["node"]["real_slack_millicores"].as_u64().unwrap();
     let capacity = v["node"]["capacity_millicores"].as_u64().unwrap();
     assert_eq!(v["node"]["capacity_source"], "node_allocatable");

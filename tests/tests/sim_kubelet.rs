@@ -767,15 +767,24 @@ struct RealStall {
     throttled_us: f64,
 }
 
-fn real_stalls() -> Vec<RealStall> {
-    let text = include_str!("../data/real-node-stall.txt");
+/// The `key=value` fields of each line of a recorded real-node run that
+/// starts with `prefix`.
+fn recorded<'a>(text: &'a str, prefix: &str) -> Vec<HashMap<&'a str, &'a str>> {
     text.lines()
-        .filter(|l| l.starts_with("RAWSTALL ") && !l.contains("hog="))
+        .filter(|l| l.starts_with(prefix))
         .map(|l| {
-            let kv: HashMap<&str, &str> = l
-                .split_whitespace()
+            l.split_whitespace()
                 .filter_map(|w| w.split_once('='))
-                .collect();
+                .collect()
+        })
+        .collect()
+}
+
+fn real_stalls() -> Vec<RealStall> {
+    recorded(include_str!("../data/real-node-stall.txt"), "RAWSTALL ")
+        .into_iter()
+        .filter(|kv| !kv.contains_key("hog"))
+        .map(|kv| {
             let n = |k: &str| -> f64 { kv[k].parse().expect(k) };
             RealStall {
                 node: kv["node"].to_string(),
@@ -894,14 +903,9 @@ struct RealPsi {
 }
 
 fn real_attribution() -> Vec<(String, String, String, RealPsi)> {
-    include_str!("../data/real-node-attribution.txt")
-        .lines()
-        .filter(|l| l.starts_with("RAWPSI "))
-        .map(|l| {
-            let kv: HashMap<&str, &str> = l
-                .split_whitespace()
-                .filter_map(|w| w.split_once('='))
-                .collect();
+    recorded(include_str!("../data/real-node-attribution.txt"), "RAWPSI ")
+        .into_iter()
+        .map(|kv| {
             let n = |k: &str| -> f64 { kv[k].parse().expect(k) };
             let pct = |k: &str| n(k) * 100.0 / n("dt_us");
             let psi = RealPsi {
