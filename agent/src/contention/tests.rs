@@ -93,6 +93,26 @@ fn alone(request_m: Millis, later: At) -> Contention {
     run(&a, &b, &[("n", request_m)])
 }
 
+/// Managed pod "m" and one other from zero counters to `kubepods`, `m` and
+/// `other` in one second.
+fn beside(kubepods: At, m: At, other: (&str, At), requests: &[(&str, Millis)]) -> Contention {
+    let (name, later) = other;
+    let a = snap(
+        0,
+        At::default(),
+        vec![
+            pod("m", At::default(), true),
+            pod(name, At::default(), true),
+        ],
+    );
+    let b = snap(
+        SEC,
+        kubepods,
+        vec![pod("m", m, true), pod(name, later, true)],
+    );
+    run(&a, &b, requests)
+}
+
 #[test]
 fn own_threads_queueing_is_not_contention() {
     // 4 busy threads on 2 CPUs, alone: some 100 %, full ~0, usage 2000m on a
@@ -154,41 +174,28 @@ fn own_throttling_is_not_contention() {
 fn a_neighbour_displaced_within_its_request_is_owed_what_it_waited_for() {
     // The neighbour (request 800m) wants 800m and gets 500m: full 300 ms.
     // The managed pod queues its own threads (some without full).
-    let a = snap(
-        0,
-        At::default(),
-        vec![pod("m", At::default(), true), pod("n", At::default(), true)],
-    );
-    let b = snap(
-        SEC,
+    let c = beside(
         At {
             usage: 2 * SEC,
             some: SEC,
             ..At::default()
         },
-        vec![
-            pod(
-                "m",
-                At {
-                    usage: 1_500_000,
-                    some: SEC,
-                    ..At::default()
-                },
-                true,
-            ),
-            pod(
-                "n",
-                At {
-                    usage: 500_000,
-                    some: 300_000,
-                    full: 300_000,
-                    ..At::default()
-                },
-                true,
-            ),
-        ],
+        At {
+            usage: 1_500_000,
+            some: SEC,
+            ..At::default()
+        },
+        (
+            "n",
+            At {
+                usage: 500_000,
+                some: 300_000,
+                full: 300_000,
+                ..At::default()
+            },
+        ),
+        &[("m", 500), ("n", 800)],
     );
-    let c = run(&a, &b, &[("m", 500), ("n", 800)]);
     assert_eq!(c.demand_m, 300, "{c:?}");
     let n = c.owed().next().unwrap();
     assert_eq!((n.uid.as_str(), n.displaced_us), ("n", 300_000));
@@ -232,42 +239,29 @@ fn a_pod_above_its_request_is_displaced_but_not_owed() {
 fn an_unmanaged_burster_is_owed_its_request_share_beside_a_bursting_managed_pod() {
     // A 3-thread batch pod (request 100m) waits 400 ms beside a managed pod
     // bursting to 800m on a 200m request: CFS would split the surplus 1:2.
-    let a = snap(
-        0,
-        At::default(),
-        vec![pod("m", At::default(), true), pod("h", At::default(), true)],
-    );
-    let b = snap(
-        SEC,
+    let c = beside(
         At {
             usage: 1_600_000,
             some: SEC,
             ..At::default()
         },
-        vec![
-            pod(
-                "m",
-                At {
-                    usage: 800_000,
-                    some: 400_000,
-                    full: 300_000,
-                    ..At::default()
-                },
-                true,
-            ),
-            pod(
-                "h",
-                At {
-                    usage: 800_000,
-                    some: 600_000,
-                    full: 400_000,
-                    ..At::default()
-                },
-                true,
-            ),
-        ],
+        At {
+            usage: 800_000,
+            some: 400_000,
+            full: 300_000,
+            ..At::default()
+        },
+        (
+            "h",
+            At {
+                usage: 800_000,
+                some: 600_000,
+                full: 400_000,
+                ..At::default()
+            },
+        ),
+        &[("m", 200), ("h", 100)],
     );
-    let c = run(&a, &b, &[("m", 200), ("h", 100)]);
     assert_eq!(c.demand_m, 133, "{c:?}");
     let h = c.owed().next().unwrap();
     assert_eq!((h.uid.as_str(), h.within_request), ("h", false));
@@ -296,43 +290,30 @@ fn neighbour_displaced_while_the_managed_pod_is_throttled_still_counts() {
     // Throttled on both CPUs, the managed pod's throttled_usec exceeds wall
     // time; per cgroup, that does not hide the neighbour's displacement
     // (the kubepods-wide subtraction did).
-    let a = snap(
-        0,
-        At::default(),
-        vec![pod("m", At::default(), true), pod("n", At::default(), true)],
-    );
-    let b = snap(
-        SEC,
+    let c = beside(
         At {
             usage: 1_400_000,
             some: 900_000,
             full: 400_000,
             ..At::default()
         },
-        vec![
-            pod(
-                "m",
-                At {
-                    usage: 800_000,
-                    throttled: 1_100_000,
-                    some: 900_000,
-                    full: 600_000,
-                },
-                true,
-            ),
-            pod(
-                "n",
-                At {
-                    usage: 600_000,
-                    some: 200_000,
-                    full: 200_000,
-                    ..At::default()
-                },
-                true,
-            ),
-        ],
+        At {
+            usage: 800_000,
+            throttled: 1_100_000,
+            some: 900_000,
+            full: 600_000,
+        },
+        (
+            "n",
+            At {
+                usage: 600_000,
+                some: 200_000,
+                full: 200_000,
+                ..At::default()
+            },
+        ),
+        &[("m", 200), ("n", 800)],
     );
-    let c = run(&a, &b, &[("m", 200), ("n", 800)]);
     assert_eq!(c.demand_m, 200, "{c:?}");
     assert_eq!(c.owed().count(), 1);
 }
