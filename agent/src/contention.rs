@@ -13,7 +13,11 @@
 //! it beside the managed pods that burst too (CFS would share the surplus by
 //! weight, which follows the request). The policy takes that back from
 //! managed pods above their requests. A managed pod's own queueing or
-//! throttling never lowers it.
+//! throttling never lowers it, and nothing is owed while no managed pod
+//! uses more than its request: their limits hold nobody back then (on the
+//! emulated real nodes a single busy thread reads `full` at 2–20 % of wall
+//! beside pods using less than their requests: the node's own processes and
+//! wake-up latency), and lowering them would only cap their next burst.
 //!
 //! Reading is tiered: per-pod `cpu.pressure` only while the kubepods
 //! aggregate shows a stall ([`Gate`]); a calm node reads no pod's pressure.
@@ -104,6 +108,10 @@ pub struct Contention {
     pub per_pod: bool,
     /// Pods displaced past [`MIN_DISPLACED_M`], largest first.
     pub displaced: Vec<Displaced>,
+    /// Σ (usage − request) over managed pods above their requests: what
+    /// they hold that lowering them can give back. Below
+    /// [`MIN_DISPLACED_M`] nobody is owed.
+    pub managed_burst_m: Millis,
     /// Σ deficit of the pods that count: CPU managed pods give back.
     pub demand_m: Millis,
 }
@@ -185,13 +193,18 @@ pub fn attribute(
     let request_of = |uid: &str| requests.get(uid).copied().unwrap_or(0);
     // Requests of the managed pods bursting above them: the weight the
     // surplus is shared against.
-    let bursting: Millis = slack
-        .pods
-        .iter()
-        .filter(|p| managed.contains(p.uid.as_str()))
-        .filter(|p| p.usage_m.unwrap_or(0) > request_of(&p.uid))
-        .map(|p| request_of(&p.uid))
+    let bursts = || {
+        slack
+            .pods
+            .iter()
+            .filter(|p| managed.contains(p.uid.as_str()))
+            .filter(|p| p.usage_m.unwrap_or(0) > request_of(&p.uid))
+    };
+    let bursting: Millis = bursts().map(|p| request_of(&p.uid)).sum();
+    out.managed_burst_m = bursts()
+        .map(|p| p.usage_m.unwrap_or(0) - request_of(&p.uid))
         .sum();
+    let managed_hold = out.managed_burst_m >= MIN_DISPLACED_M;
     let before: HashMap<&str, Pressure> = prev
         .pods
         .iter()
@@ -221,7 +234,7 @@ pub fn attribute(
         let within_request = usage_m < request_m;
         let threshold = (request_m as f64 * t.min_pct_of_request / 100.0).ceil() as Millis;
         let past = displaced_m >= threshold.max(MIN_DISPLACED_M);
-        let deficit_m = if !past {
+        let deficit_m = if !past || !managed_hold {
             0
         } else if within_request {
             (request_m - usage_m).min(displaced_m)

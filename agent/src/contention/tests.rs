@@ -113,6 +113,21 @@ fn beside(kubepods: At, m: At, other: (&str, At), requests: &[(&str, Millis)]) -
     run(&a, &b, requests)
 }
 
+/// Pod "n" (requesting `request_m`) from zero counters to `later` in one
+/// second beside managed pod "m" bursting 300m above its 200m request.
+fn beside_a_burst(request_m: Millis, later: At) -> Contention {
+    let m = At {
+        usage: 500_000,
+        ..At::default()
+    };
+    beside(
+        At::default(),
+        m,
+        ("n", later),
+        &[("m", 200), ("n", request_m)],
+    )
+}
+
 #[test]
 fn own_threads_queueing_is_not_contention() {
     // 4 busy threads on 2 CPUs, alone: some 100 %, full ~0, usage 2000m on a
@@ -205,7 +220,7 @@ fn a_neighbour_displaced_within_its_request_is_owed_what_it_waited_for() {
 #[test]
 fn what_a_pod_is_owed_is_capped_at_its_unmet_request() {
     // Displaced 500 ms but only 100m short of its request.
-    let c = alone(
+    let c = beside_a_burst(
         800,
         At {
             usage: 700_000,
@@ -322,7 +337,7 @@ fn neighbour_displaced_while_the_managed_pod_is_throttled_still_counts() {
 fn a_request_over_several_cpus_scales_the_averaged_full() {
     // 2 threads on 2 CPUs, each displaced 25 %: full reads 250 ms, the pod
     // lost 500m.
-    let c = alone(
+    let c = beside_a_burst(
         1500,
         At {
             usage: 1_000_000,
@@ -418,4 +433,42 @@ fn held_demand_rises_at_once_and_falls_over_the_window() {
         h.update(0, SEC, 5.0);
     }
     assert_eq!(h.value(), 0);
+}
+
+#[test]
+fn nobody_is_owed_while_no_managed_pod_bursts() {
+    // The neighbour (request 800m) waits 300 ms in the second, but the
+    // managed pod uses 150m of its 500m request: its limit holds nobody
+    // back, so lowering it would give the neighbour nothing.
+    let neighbour = At {
+        usage: 500_000,
+        some: 300_000,
+        full: 300_000,
+        ..At::default()
+    };
+    let kubepods = At {
+        usage: 650_000,
+        some: 300_000,
+        ..At::default()
+    };
+    let quiet = At {
+        usage: 150_000,
+        ..At::default()
+    };
+    let c = beside(kubepods, quiet, ("n", neighbour), &[("m", 500), ("n", 800)]);
+    assert_eq!(c.managed_burst_m, 0);
+    assert_eq!(c.displaced.len(), 1, "the wait is recorded: {c:?}");
+    assert_eq!(c.demand_m, 0, "{c:?}");
+    // The same wait beside a managed pod 20m above its request is owed.
+    let bursting = At {
+        usage: 520_000,
+        ..At::default()
+    };
+    let c = beside(
+        kubepods,
+        bursting,
+        ("n", neighbour),
+        &[("m", 500), ("n", 800)],
+    );
+    assert_eq!((c.managed_burst_m, c.demand_m), (20, 300), "{c:?}");
 }
