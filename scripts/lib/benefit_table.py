@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""The README "Does it help?" table and goal lines from a benefit run.
+"""The benefit run's tables (docs/benefit.md and the README's headline).
 
 Reads DIR/runs.csv, DIR/summary.json and DIR/meta.json
-(tests/benches/benefit.rs) and writes DIR/table.md: a warning line first
-when meta.json flags the run (its static baseline lies outside [0.5x, 2x] of
-the committed one's), one row a configuration, each cell the range over the
-repetitions, the medians against (a) with their 95 % bootstrap intervals
-(computed by the bench, benefit::stats), then each goal stated met or not
-met. Standard library only, so it runs before (and without) the plotting
-environment.
+(tests/benches/benefit.rs) and writes two files:
+
+- DIR/table.md, the full table docs/benefit.md holds verbatim: a warning
+  line first when meta.json flags the run (its static baseline lies outside
+  [0.5x, 2x] of the committed one's), one row a configuration, each cell the
+  range over the repetitions, the medians against (a) with their 95 %
+  bootstrap intervals (computed by the bench, benefit::stats), then each goal
+  stated met or not met;
+- DIR/headline.md, the README's headline, from summary.json alone: the main
+  configurations' medians and their change against (a).
+
+agent/tests/readme_benefit.rs checks both are where they belong. Standard
+library only, so it runs before (and without) the plotting environment.
 
     python3 scripts/lib/benefit_table.py docs/benefit
 """
@@ -32,7 +38,10 @@ LONG = {"c-headroom": ", default (`floor = request`)"}
 # Configurations in which the agent runs (tuning candidates too).
 AGENT = {"c-headroom", "e-dryrun", "f-declared"}
 
-# The goals' thresholds (README "Does it help?").
+# The README headline's configurations, in this order (those in the run).
+HEADLINE = ["a-static", "b-nolimit", "c-headroom", "f-declared"]
+
+# The goals' thresholds (docs/benefit.md).
 SVC_P99_VS_NOLIMIT_MAX = 2.0  # service p99 at most 2x (b)'s
 THROTTLED_VS_STATIC_MAX = 0.05  # throttled ratio -95 % against (a)
 WITHIN_P99_VS_STATIC_MAX = 1.10  # within-request neighbour's p99 at most +10 %
@@ -266,6 +275,70 @@ def goals(summary, configs, agent):
     return out
 
 
+def ratio_of_medians(s, base, key):
+    """s[key] / base[key] as a point-only interval, or None."""
+    x, b = number(s.get(key)), number(base.get(key))
+    if x is None or b is None or b <= 0:
+        return None
+    return {"point": x / b, "lo": None, "hi": None}
+
+
+def headline_change(s, base, path, key):
+    """The change against (a): the bench's interval where summary.json has
+    one (vs_static), else the ratio of the medians it records."""
+    i = interval(s, "vs_static", path)
+    if i is not None and i["lo"] is not None and i["hi"] is not None:
+        return change(i)
+    i = ratio_of_medians(s, base, key)
+    if i is None:
+        return "n/a"
+    return f"{unsigned_zero((i['point'] - 1) * 100, 0):+.0f} %"
+
+
+def headline(summary, meta):
+    """The README's headline: one row per main configuration, medians and
+    their change against (a). No links: the README links around it."""
+    configs = [c for c in HEADLINE if c in summary]
+    base = summary.get("a-static", {})
+    # (header, summary.json key, vs_static key, formatter)
+    cols = [
+        ("service p99", "svc_p99_ms", "svc_p99", "ms"),
+        ("throttled", "throttled_ratio", "throttled_ratio", "pct1"),
+        ("within-request neighbour p99", "within_p99_ms", "within_p99", "ms"),
+        ("unmanaged neighbour p99", "batch_demand_p99_ms", "batch_demand_p99", "ms"),
+    ]
+    # A column only where the run has its figure (older runs lack one).
+    cols = [c for c in cols if any(number(summary[k].get(c[1])) is not None for k in configs)]
+    out = []
+    warn = warning(meta)
+    if warn:
+        out += [warn, ""]
+    out.append("| config | " + " | ".join(h for h, _, _, _ in cols) + " |")
+    out.append("|---" * (len(cols) + 1) + "|")
+    for c in configs:
+        s = summary[c]
+        cells = []
+        for _, key, path, kind in cols:
+            x = number(s.get(key))
+            text = "–" if x is None else fmt(x, kind) + (" ms" if kind == "ms" else "")
+            if c != "a-static" and x is not None:
+                text += f" ({headline_change(s, base, path, key)})"
+            cells.append(text)
+        out.append(f"| {label(c, meta, long=True)} | " + " | ".join(cells) + " |")
+    runs = sorted({int(summary[c].get("runs", 0)) for c in configs})
+    reps = "–".join(str(r) for r in (runs[:1] + runs[-1:] if len(runs) > 1 else runs))
+    out.append("")
+    out.append(
+        f"Medians over {reps} repetition(s) of each; in parentheses the change against (a)"
+        + (
+            " [95 % bootstrap interval]."
+            if any(interval(summary[c], "vs_static", "svc_p99") for c in configs)
+            else "."
+        )
+    )
+    return out
+
+
 def main(d):
     rows = list(csv.DictReader(open(d / "runs.csv")))
     summary = json.load(open(d / "summary.json"))
@@ -314,6 +387,8 @@ def main(d):
     out += goals(summary, configs, agent)
     (d / "table.md").write_text("\n".join(out) + "\n")
     print(f"table in {d / 'table.md'}")
+    (d / "headline.md").write_text("\n".join(headline(summary, meta)) + "\n")
+    print(f"headline in {d / 'headline.md'}")
 
 
 if __name__ == "__main__":
