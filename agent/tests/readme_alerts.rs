@@ -1,14 +1,14 @@
-//! The README's example alerts are the shipped PrometheusRule's rules.
+//! The example alerts of docs/operations.md are the shipped PrometheusRule's rules.
 
 use std::path::Path;
 
 #[test]
 fn readme_alerts_are_the_shipped_rules() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    let doc = std::fs::read_to_string(repo.join("docs/operations.md")).unwrap();
     let rule = std::fs::read_to_string(repo.join("deploy/monitoring/prometheusrule.yaml")).unwrap();
-    let at = readme.find("<!-- readme-test: alerts -->").expect("marker");
-    let block = readme[at..]
+    let at = doc.find("<!-- readme-test: alerts -->").expect("marker");
+    let block = doc[at..]
         .split("```yaml\n")
         .nth(1)
         .and_then(|b| b.split("```").next())

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Charts of the benefit benchmark (README "Does it help?") from the data
+"""Charts of the benefit benchmark (docs/benefit.md) from the data
 tests/benches/benefit.rs wrote:
 
   benefit_charts.py DIR      # DIR/runs.csv, DIR/meta.json, DIR/raw/*-timeline.csv

@@ -1,4 +1,4 @@
-//! The benefit benchmark (README "Does it help?"): one real node VM (real
+//! The benefit benchmark (docs/benefit.md): one real node VM (real
 //! kubelet, containerd, runc, CFS), a CPU-burning HTTP service with a tight
 //! limit under a bursty open-loop load, and two neighbours the agent does
 //! not manage (their namespace is not opted in):

@@ -1159,8 +1159,8 @@ async fn stall_record(node: &NodeVm, pod: &Pod, secs: u64) -> StallRecord {
 /// idle): its throttling makes kubepods PSI high, which must not read as
 /// contention. Started after the pod has been throttled for a while, as when
 /// the agent first lowered it (avg10 then carries the throttling across the
-/// raise). Over two minutes (`HEADROOM_REAL_OWN_THROTTLING_S`; the README's
-/// figure is a 300 s run) it is raised to its ceiling, never lowered, in at
+/// raise). Over two minutes (`HEADROOM_REAL_OWN_THROTTLING_S`; the figure
+/// in docs/measurements.md is a 300 s run) it is raised to its ceiling, never lowered, in at
 /// most 3 patches. Two minutes are twelve avg10 windows after the raise.
 async fn own_throttling_on(c: &RealCluster, node: &NodeVm) {
     let client = c.cp.client().await;

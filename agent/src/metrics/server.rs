@@ -33,7 +33,7 @@ use crate::metrics::registry::Metrics;
 /// Default `--metrics-addr`, as in deploy/base. 9464 is also the
 /// OpenTelemetry SDK exporter's default, but the agent runs in its own pod
 /// network namespace (no hostNetwork), so nothing else binds it there; see
-/// the README, "Metrics".
+/// docs/operations.md, "Metrics".
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9464";
 
 const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

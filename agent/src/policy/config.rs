@@ -32,8 +32,8 @@ pub struct PolicyConfig {
     /// Seconds after any patch of a pod before it may be raised again;
     /// doubled from a pod's second raise in a row that a lowering undid
     /// quickly, up to 8 × (`policy::hysteresis::raise_cooldown_s`).
-    /// Lowerings have no cooldown. Range 0–86400, default `15` (README
-    /// "Does it help?", tuning: 60 kept a service at its floor for the rest
+    /// Lowerings have no cooldown. Range 0–86400, default `15` (docs/benefit.md,
+    /// "Tuning": 60 kept a service at its floor for the rest
     /// of a burst after its neighbour's demand ended).
     pub raise_cooldown_s: f64,
     /// A pod within its CPU request counts as displaced, and is owed the
@@ -109,7 +109,7 @@ impl std::str::FromStr for FloorMode {
 pub struct ConfigError {
     pub field: &'static str,
     pub value: String,
-    /// The accepted range, in words (also in `--help` and the README).
+    /// The accepted range, in words (also in `--help` and docs/design.md).
     pub range: &'static str,
 }
 

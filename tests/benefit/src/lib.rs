@@ -1,4 +1,4 @@
-//! The workload of the benefit benchmark (README "Does it help?"): a
+//! The workload of the benefit benchmark (docs/benefit.md): a
 //! latency-sensitive HTTP service whose requests each burn a fixed amount of
 //! CPU *time*, and an open-loop load generator that follows a bursty
 //! schedule and records coordinated-omission-corrected latency histograms.
