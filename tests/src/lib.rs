@@ -3,7 +3,6 @@
 pub mod agent;
 pub mod certs;
 pub mod control_plane;
-pub mod dashboard;
 pub mod kubelet_sim;
 pub mod manifests;
 pub mod node_vm;

@@ -1,10 +1,10 @@
 //! The Grafana dashboard shipped in deploy/helm/headroom/dashboards/headroom.json,
-//! generated here so every query is code a test can run: tests/tests/dashboard.rs
+//! generated here so every query is code a test can run: tools/tests/dashboard.rs
 //! checks the committed JSON equals [`dashboard`] and runs every [`Panel`]'s
 //! queries against a real Prometheus scraping a real agent.
 //!
-//! Regenerate after a change:
-//! `HEADROOM_WRITE_DASHBOARD=1 cargo test -p headroom-tests --test dashboard committed`.
+//! Regenerate after a change: `cargo run -p headroom-tools --bin gen-dashboard`
+//! (or `HEADROOM_WRITE_DASHBOARD=1 cargo test -p headroom-tools --test dashboard committed`).
 
 use serde_json::{Value, json};
 
@@ -110,7 +110,7 @@ pub fn rows() -> Vec<Row> {
                     description: "cpu.pressure `some` avg10 of the pods' cgroup (kubepods), the part \
                         the pods' own CFS throttling explains, and the CPU owed to pods displaced \
                         within their requests, over capacity: what managed pods give back \
-                        (README, Policy).",
+                        (docs/design.md, Every tick).",
                     kind: TimeSeries,
                     unit: "percentunit",
                     queries: vec![

@@ -1,4 +1,4 @@
-//! The Grafana dashboard (testkit::dashboard): the committed JSON is the
+//! The Grafana dashboard (headroom_tools::dashboard): the committed JSON is the
 //! generated one, its structure is sound, and every panel's query runs on a
 //! real Prometheus (Debian's `prometheus`, tests/tools/prometheus.sh) that
 //! scrapes a real agent on a simulated node, once the agent has resized a pod:
@@ -8,12 +8,12 @@ use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use headroom_tools::dashboard::{self, DASHBOARD_PATH, Kind};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testkit::agent::{fast_args, free_port, http_get};
-use testkit::dashboard::{self, DASHBOARD_PATH, Kind};
 use testkit::kubelet_sim::Fault;
 use testkit::manifests::{apply_all, repo_dir};
 use testkit::process::spawn_guarded;
@@ -33,7 +33,7 @@ fn committed_dashboard_equals_generated() {
     assert!(
         got == want,
         "{DASHBOARD_PATH} is not the generated dashboard: regenerate with \
-         HEADROOM_WRITE_DASHBOARD=1 cargo test -p headroom-tests --test dashboard committed"
+         cargo run -p headroom-tools --bin gen-dashboard"
     );
 }
 
