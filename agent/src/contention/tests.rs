@@ -472,3 +472,24 @@ fn nobody_is_owed_while_no_managed_pod_bursts() {
     );
     assert_eq!((c.managed_burst_m, c.demand_m), (20, 300), "{c:?}");
 }
+
+#[test]
+fn a_small_pods_wait_counts_from_five_percent_of_a_cpu() {
+    // A 100m pod using 20m: 10 % of its request is 10m, but a 40m wait is
+    // the node's noise (MIN_OWED_M); 60m is owed, up to its unmet 80m.
+    let waited = |full: u64| {
+        beside_a_burst(
+            100,
+            At {
+                usage: 20_000,
+                some: full,
+                full,
+                ..At::default()
+            },
+        )
+    };
+    let c = waited(40_000);
+    assert_eq!((c.displaced.len(), c.demand_m), (1, 0), "{c:?}");
+    assert_eq!(waited(60_000).demand_m, 60);
+    assert_eq!(waited(90_000).demand_m, 80, "capped at request − usage");
+}
