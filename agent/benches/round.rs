@@ -151,6 +151,7 @@ fn bench(c: &mut Criterion) {
                     &s,
                     &contention::requests(&views),
                     &managed,
+                    &contention::Contention::default(),
                     th,
                 );
                 black_box(round(&s, &c))

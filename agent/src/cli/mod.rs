@@ -132,7 +132,17 @@ pub(crate) fn stateless_round(
         cpus,
     };
     let managed = contention::managed(views, node_name, opted, None);
-    let c = contention::attribute(&prev, &cur, &s, &contention::requests(views), &managed, t);
+    // One interval: a marginal wait has no earlier one to repeat (see
+    // `contention::attribute`).
+    let c = contention::attribute(
+        &prev,
+        &cur,
+        &s,
+        &contention::requests(views),
+        &managed,
+        &contention::Contention::default(),
+        t,
+    );
     let round = observe_round(
         node_name,
         views,

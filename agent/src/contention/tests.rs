@@ -82,7 +82,7 @@ fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Conte
     let slack = node_slack::measure(a, b, cap);
     let req: HashMap<&str, Millis> = requests.iter().copied().collect();
     let managed: HashSet<&str> = ["m"].into();
-    attribute(a, b, &slack, &req, &managed, T)
+    attribute(a, b, &slack, &req, &managed, &Contention::default(), T)
 }
 
 /// Pod "n" alone (kubepods idle) from zero counters to `later` in one
@@ -471,4 +471,78 @@ fn nobody_is_owed_while_no_managed_pod_bursts() {
         &[("m", 500), ("n", 800)],
     );
     assert_eq!((c.managed_burst_m, c.demand_m), (20, 300), "{c:?}");
+}
+
+#[test]
+fn a_small_pods_wait_counts_from_five_percent_of_a_cpu() {
+    // A 100m pod using 20m: 10 % of its request is 10m, but a 40m wait is
+    // the node's noise (MIN_OWED_M); 60m is owed, up to its unmet 80m.
+    let waited = |full: u64| {
+        beside_a_burst(
+            100,
+            At {
+                usage: 20_000,
+                some: full,
+                full,
+                ..At::default()
+            },
+        )
+    };
+    let c = waited(40_000);
+    assert_eq!((c.displaced.len(), c.demand_m), (1, 0), "{c:?}");
+    // 100m, twice the threshold, counts at once; capped at request − usage.
+    assert_eq!(waited(100_000).demand_m, 80);
+}
+
+#[test]
+fn a_marginal_wait_counts_only_when_it_shows_twice_in_a_row() {
+    // The 800m neighbour waits 120m: past its 80m threshold, under twice it.
+    let waits = |earlier: &Contention| {
+        let a = snap(
+            0,
+            At::default(),
+            vec![pod("m", At::default(), true), pod("n", At::default(), true)],
+        );
+        let m = At {
+            usage: 900_000,
+            ..At::default()
+        };
+        let n = At {
+            usage: 500_000,
+            some: 120_000,
+            full: 120_000,
+            ..At::default()
+        };
+        let b = snap(
+            SEC,
+            At::default(),
+            vec![pod("m", m, true), pod("n", n, true)],
+        );
+        let slack = node_slack::measure(
+            &a,
+            &b,
+            CapacityInputs {
+                node_allocatable_m: Some(2000),
+                online_cpus: 2,
+            },
+        );
+        let req: HashMap<&str, Millis> = [("m", 500), ("n", 800)].into();
+        attribute(&a, &b, &slack, &req, &["m"].into(), earlier, T)
+    };
+    let first = waits(&Contention::default());
+    assert_eq!(first.displaced.len(), 1, "recorded: {first:?}");
+    assert_eq!(first.demand_m, 0, "once is noise: {first:?}");
+    let second = waits(&first);
+    assert_eq!(
+        second.demand_m, 120,
+        "twice is a neighbour that waits: {second:?}"
+    );
+    // An earlier wait under the threshold does not make it a repeat.
+    let mut small = first.clone();
+    small.displaced[0].displaced_m = 79;
+    assert_eq!(waits(&small).demand_m, 0);
+    // Another pod's earlier wait is not this pod's.
+    let mut other = first;
+    other.displaced[0].uid = "x".into();
+    assert_eq!(waits(&other).demand_m, 0);
 }

@@ -52,6 +52,9 @@ pub(super) struct ScanState {
     pub prev: Option<NodeSnapshot>,
     /// CPU owed to displaced pods within their requests, held across ticks.
     held: HeldDemand,
+    /// The last interval's attribution: a marginal wait counts only when it
+    /// shows twice in a row (`contention::attribute`).
+    earlier: Contention,
     /// Last full scan: where every pod's cgroup is (shared with the scan
     /// task on the blocking pool).
     pub index: Option<Arc<NodeSnapshot>>,
@@ -76,6 +79,7 @@ impl ScanState {
         Self {
             prev: None,
             held: HeldDemand::default(),
+            earlier: Contention::default(),
             index: None,
             index_uids: HashSet::new(),
             stuck: None,
@@ -168,9 +172,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             self.metrics.scan_error(ScanErrorKind::counter_reset);
             tracing::warn!(basis = ?slack.usage_basis, "kubepods usage_usec went backwards; skipping this interval's usage");
             self.scan.prev = Some(snap);
+            self.scan.earlier = Contention::default();
             return None;
         }
         let contention = self.attribute(&prev, &snap, &slack, &views);
+        self.scan.earlier = contention.clone();
         drop(prev);
         let held_demand_m = self.scan.held.update(
             contention.demand_m,
@@ -254,7 +260,15 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             &opted,
             self.pod_level.supported,
         );
-        contention::attribute(prev, cur, slack, &contention::requests(views), &managed, t)
+        contention::attribute(
+            prev,
+            cur,
+            slack,
+            &contention::requests(views),
+            &managed,
+            &self.scan.earlier,
+            t,
+        )
     }
 
     /// Counts every read error of the snapshot; logs them when they change.
