@@ -270,11 +270,6 @@ pub fn eligibility(pod: &PodView, ctx: &EligibilityCtx<'_>) -> Result<ManagedSha
         Qos::BestEffort => return Err(Unmanaged::BestEffort),
         Qos::Burstable => {}
     }
-    // Before the resize conditions: while another writer's resize is pending
-    // or in progress, the lasting reason is that writer.
-    if super::writers::yields_to(pod, ctx.wall_clock_s).is_some() {
-        return Err(Unmanaged::OtherWriter);
-    }
     if pod.resize.pending.is_some() {
         return Err(Unmanaged::ResizePending);
     }
@@ -287,6 +282,11 @@ pub fn eligibility(pod: &PodView, ctx: &EligibilityCtx<'_>) -> Result<ManagedSha
         .is_some_and(|g| g < pod.generation)
     {
         return Err(Unmanaged::ResizeUnobserved);
+    }
+    // After the resize conditions, which pass: while another writer's resize
+    // is in flight the pod is held as any resizing pod is.
+    if super::writers::yields_to(pod, ctx.wall_clock_s).is_some() {
+        return Err(Unmanaged::OtherWriter);
     }
     // With the gate off, every resize of a pod with spec.resources is
     // refused, even a container-only one (docs/kubelet-behaviour.md §4).
@@ -410,9 +410,9 @@ mod tests {
         (Some(Unmanaged::ResizePending), |p| p.resize.pending = Some("Infeasible".into())),
         (Some(Unmanaged::ResizeInProgress), |p| p.resize.in_progress = Some(String::new())),
         (Some(Unmanaged::ResizeUnobserved), |p| { p.generation = 3; p.resize.observed_generation = Some(2) }),
-        // Another writer resized a limit: yielded to, also while its resize is pending.
+        // Another writer resized a limit: yielded to once its resize is through.
         (Some(Unmanaged::OtherWriter), |p| p.limit_writers = vec![other_writer()]),
-        (Some(Unmanaged::OtherWriter), |p| { p.limit_writers = vec![other_writer()]; p.resize.pending = Some("Deferred".into()) }),
+        (Some(Unmanaged::ResizePending), |p| { p.limit_writers = vec![other_writer()]; p.resize.pending = Some("Deferred".into()) }),
         (None, |p| { p.limit_writers = vec![other_writer()]; p.annotations.insert(ANN_RESUME.into(), "2026-07-01T12:00:00Z".into()); }),
         (None, |p| { p.generation = 3; p.resize.observed_generation = Some(3) }),
         // Without adoption.
