@@ -89,6 +89,7 @@ fn main() {
                 kubepods_usage_m: usage,
                 contention: Default::default(),
                 pod_level_resize_supported: Some(true),
+                wall_clock_s: 0,
             };
             let iters = 2000;
             let mut samples = Vec::with_capacity(iters);

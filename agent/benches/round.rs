@@ -102,7 +102,7 @@ fn bench(c: &mut Criterion) {
             cpus: 64,
         };
         let calm = Contention::default();
-        let managed = contention::managed(&views, "n", &opted, Some(true));
+        let managed = contention::managed(&views, "n", &opted, Some(true), 0);
         let round = |s: &node_slack::NodeSlack, c: &Contention| {
             let r = observe_round(
                 "n",
@@ -114,6 +114,7 @@ fn bench(c: &mut Criterion) {
                 &floors,
                 &HashMap::new(),
                 Some(true),
+                0,
                 &cfg,
             );
             let mut bucket = TokenBucket::from_config(&cfg);

@@ -155,6 +155,7 @@ pub fn managed<'a>(
     node_name: &str,
     opted_in_namespaces: &HashSet<String>,
     pod_level_resize_supported: Option<bool>,
+    wall_clock_s: i64,
 ) -> HashSet<&'a str> {
     views
         .iter()
@@ -163,6 +164,7 @@ pub fn managed<'a>(
                 node_name,
                 namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
                 pod_level_resize_supported,
+                wall_clock_s,
             };
             crate::policy::eligibility(v, &ctx).is_ok()
         })

@@ -22,6 +22,10 @@ pub const ANN_ADOPT: &str = "headroom.dev/adopt-unlimited";
 /// Field manager of every resize the agent sends; `managedFields` entries of
 /// this manager tell which CPU limits Headroom (not the workload) last set.
 pub const FIELD_MANAGER: &str = "headroom-agent";
+/// Pod annotation: an RFC 3339 time (e.g. `2026-07-01T12:00:00Z`). CPU limits
+/// other field managers changed in place at or before it are Headroom's to
+/// manage again (`policy::writers`); a later change pauses it again.
+pub const ANN_RESUME: &str = "headroom.dev/resume";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub enum Qos {
@@ -125,6 +129,9 @@ pub struct PodView {
     /// `managedFields` name [`FIELD_MANAGER`] as the owner of a CPU limit:
     /// the spec's limits are Headroom's, not the ones the workload declared.
     pub limits_set_by_headroom: bool,
+    /// Field managers other than [`FIELD_MANAGER`] that changed a CPU limit
+    /// of this pod in place (`managedFields` of subresource `resize`).
+    pub limit_writers: Vec<LimitWriter>,
     /// Controller owner (`ownerReferences[controller=true]`), whose pod
     /// template holds the limits the workload declares.
     pub owner: Option<OwnerRef>,
@@ -155,6 +162,22 @@ impl fmt::Display for Target {
             Target::Container(n) => write!(f, "container {n}"),
         }
     }
+}
+
+/// A field manager other than [`FIELD_MANAGER`] whose `managedFields` entry
+/// of subresource `resize` owns CPU limits of the pod: it changed them in
+/// place (a pod's limits change only through `resize` once it exists; the
+/// creator's entry has no subresource).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitWriter {
+    pub manager: String,
+    /// The limits its entry owns: container names (apps and sidecars), and
+    /// `pod_level` for `spec.resources.limits.cpu`.
+    pub containers: Vec<String>,
+    pub pod_level: bool,
+    /// The entry's `time` (Unix seconds): the writer's latest change through
+    /// `resize`; `None` when the entry has none.
+    pub at_s: Option<i64>,
 }
 
 /// A pod's controller, as its `ownerReferences` name it.

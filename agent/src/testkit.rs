@@ -93,6 +93,7 @@ impl PodBuilder {
             resize: ResizeState::default(),
             annotations: BTreeMap::new(),
             limits_set_by_headroom: false,
+            limit_writers: Vec::new(),
             owner: None,
         })
     }

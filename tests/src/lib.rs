@@ -9,4 +9,5 @@ pub mod node_vm;
 pub mod process;
 pub mod scale;
 pub mod scenario;
+pub mod vpa;
 pub mod workload;

@@ -138,6 +138,13 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         ),
         Some(r) => println!("  managed:        no — {} ({})", r.reason(), r.describe()),
     }
+    if let Some(y) = &d.yielded {
+        println!("  other writer:   {}", y.describe());
+        println!(
+            "                  to hand the limits back: kubectl annotate pod -n {ns} {name} --overwrite {}=$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+            headroom::model::ANN_RESUME
+        );
+    }
     println!("  request:        {}m", d.request_m);
     println!("  usage:          {}m", d.usage_m);
     println!("  floor:          {}", m(d.floor_m()));

@@ -131,7 +131,8 @@ pub(crate) fn stateless_round(
         min_pct_of_request: policy.pressure_start_pct,
         cpus,
     };
-    let managed = contention::managed(views, node_name, opted, None);
+    let wall_clock_s = headroom::policy::writers::wall_clock_s();
+    let managed = contention::managed(views, node_name, opted, None, wall_clock_s);
     // One interval: a marginal wait has no earlier one to repeat (see
     // `contention::attribute`).
     let c = contention::attribute(
@@ -153,6 +154,7 @@ pub(crate) fn stateless_round(
         &Default::default(),
         &Default::default(),
         None,
+        wall_clock_s,
         policy,
     );
     (s, round)

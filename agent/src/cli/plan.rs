@@ -250,6 +250,9 @@ impl Report<'_> {
                 ),
             );
         }
+        if let Some(y) = &d.yielded {
+            return ("leave".into(), format!("not managed: {}", y.describe()));
+        }
         match d.reason {
             Some(r) => ("leave".into(), format!("not managed: {}", r.describe())),
             None => ("keep".into(), "limit is at its target".into()),
@@ -362,6 +365,7 @@ impl Report<'_> {
                     "qos": self.qos_of(d),
                     "managed": d.managed,
                     "unmanaged_reason": d.reason.map(|r| r.reason()),
+                    "yielded_to": d.yielded,
                     "request_millicores": d.request_m,
                     "limit_millicores": d.current_limit_m,
                     "declared_limit_millicores": d.declared_limit_m,

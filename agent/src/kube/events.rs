@@ -1,5 +1,5 @@
 //! Kubernetes Events on pods (`HeadroomResized`, `HeadroomResizeRefused`,
-//! `CgroupDrift`, `CgroupDriftCleared`), rate-limited per pod and reason so a
+//! `CgroupDrift`, `CgroupDriftCleared`, `HeadroomYielded`), rate-limited per pod and reason so a
 //! flapping pod cannot flood the apiserver.
 
 use std::collections::HashMap;
@@ -16,6 +16,8 @@ pub const REASON_RESIZED: &str = "HeadroomResized";
 pub const REASON_REFUSED: &str = "HeadroomResizeRefused";
 pub const REASON_DRIFT: &str = "CgroupDrift";
 pub const REASON_DRIFT_CLEARED: &str = "CgroupDriftCleared";
+/// Headroom leaves the pod's limits to another writer (`policy::writers`).
+pub const REASON_YIELDED: &str = "HeadroomYielded";
 
 /// Pure limiter: at most one event per (pod, reason) per `interval`, and at
 /// most `burst` events per `interval` node-wide.

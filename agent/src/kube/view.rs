@@ -9,8 +9,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 use crate::model::{
-    ContainerKind, ContainerSpec, ContainerState, DeclaredLimits, FIELD_MANAGER, Millis, OwnerRef,
-    PodView, Qos, ResizePolicy, ResizeState, Resources, compute_qos,
+    ContainerKind, ContainerSpec, ContainerState, DeclaredLimits, FIELD_MANAGER, LimitWriter,
+    Millis, OwnerRef, PodView, Qos, ResizePolicy, ResizeState, Resources, compute_qos,
 };
 use crate::quantity;
 
@@ -105,6 +105,7 @@ impl TryFrom<&Pod> for PodView {
             limits_set_by_headroom: limits_set_by_headroom(
                 meta.managed_fields.as_deref().unwrap_or_default(),
             ),
+            limit_writers: limit_writers(meta.managed_fields.as_deref().unwrap_or_default()),
             owner: meta
                 .owner_references
                 .iter()
@@ -161,6 +162,63 @@ pub fn limits_set_by_headroom(fields: &[ManagedFieldsEntry]) -> bool {
         e.manager.as_deref() == Some(FIELD_MANAGER)
             && e.fields_v1.as_ref().is_some_and(|f| owns_cpu_limit(&f.0))
     })
+}
+
+/// The CPU limits a `managedFields` entry's `fieldsV1` owns: container
+/// names (`f:containers` and `f:initContainers`, keyed `k:{"name":…}`) and
+/// whether it owns the pod-level one (`f:spec.f:resources.f:limits.f:cpu`).
+fn owned_cpu_limits(fields: &serde_json::Value) -> (Vec<String>, bool) {
+    fn limits_cpu(r: Option<&serde_json::Value>) -> bool {
+        r.and_then(|r| r.get("f:limits"))
+            .and_then(|l| l.get("f:cpu"))
+            .is_some()
+    }
+    let Some(spec) = fields.get("f:spec") else {
+        return (Vec::new(), false);
+    };
+    let mut names = Vec::new();
+    for list in ["f:containers", "f:initContainers"] {
+        let Some(serde_json::Value::Object(m)) = spec.get(list) else {
+            continue;
+        };
+        for (key, c) in m {
+            if !limits_cpu(c.get("f:resources")) {
+                continue;
+            }
+            let name = key
+                .strip_prefix("k:")
+                .and_then(|k| serde_json::from_str::<serde_json::Value>(k).ok())
+                .and_then(|k| k.get("name").and_then(|n| n.as_str()).map(str::to_string));
+            if let Some(n) = name {
+                names.push(n);
+            }
+        }
+    }
+    names.sort_unstable();
+    (names, limits_cpu(spec.get("f:resources")))
+}
+
+/// The entry as a [`LimitWriter`]: a field manager other than
+/// [`FIELD_MANAGER`] whose entry of subresource `resize` owns a CPU limit
+/// of the pod. It changed that limit in place: the apiserver gives a
+/// changed field to the manager that changed it, so an entry owns only what
+/// its writer set last.
+pub fn limit_writer(e: &ManagedFieldsEntry) -> Option<LimitWriter> {
+    if e.manager.as_deref() == Some(FIELD_MANAGER) || e.subresource.as_deref() != Some("resize") {
+        return None;
+    }
+    let (containers, pod_level) = owned_cpu_limits(&e.fields_v1.as_ref()?.0);
+    (!containers.is_empty() || pod_level).then(|| LimitWriter {
+        manager: e.manager.clone().unwrap_or_default(),
+        containers,
+        pod_level,
+        at_s: e.time.as_ref().map(|t| t.0.as_second()),
+    })
+}
+
+/// Every [`limit_writer`] among a pod's `managedFields`.
+pub fn limit_writers(fields: &[ManagedFieldsEntry]) -> Vec<LimitWriter> {
+    fields.iter().filter_map(limit_writer).collect()
 }
 
 /// Errors that make a Pod unusable as a [`PodView`].
@@ -355,6 +413,69 @@ mod tests {
         assert!(s.running);
         assert_eq!(s.resources.and_then(|r| r.cpu_limit), Some(300));
         assert_eq!(s.allocated.and_then(|r| r.cpu_request), Some(250));
+    }
+
+    /// A `managedFields` entry owning `fields`.
+    fn entry(
+        manager: &str,
+        subresource: Option<&str>,
+        fields: serde_json::Value,
+    ) -> serde_json::Value {
+        let mut e = serde_json::json!({"manager": manager, "operation": "Update",
+            "time": "2026-07-01T12:00:00Z", "fieldsType": "FieldsV1", "fieldsV1": fields});
+        if let Some(s) = subresource {
+            e["subresource"] = s.into();
+        }
+        e
+    }
+
+    fn container_fields(name: &str, what: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({format!("k:{{\"name\":\"{name}\"}}"): {"f:resources": what}})
+    }
+
+    #[test]
+    fn limit_writers_are_other_managers_owning_a_cpu_limit_through_resize() {
+        let cpu_limit = || serde_json::json!({"f:limits": {"f:cpu": {}}});
+        let fields = serde_json::json!({"f:spec": {
+            "f:containers": container_fields("app", cpu_limit()),
+            "f:initContainers": container_fields("side", cpu_limit())}});
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u", "managedFields": [
+                // The creator: the declared limits, not an in-place change.
+                entry("kube-controller-manager", None, fields.clone()),
+                // Headroom's own.
+                entry(FIELD_MANAGER, Some("resize"), fields.clone()),
+                // VPA with controlledValues: RequestsOnly owns requests only.
+                entry("vpa-requests", Some("resize"), serde_json::json!({"f:spec": {
+                    "f:containers": container_fields("app", serde_json::json!({"f:requests": {"f:cpu": {}}}))}})),
+                // Memory limits are not Headroom's concern.
+                entry("mem", Some("resize"), serde_json::json!({"f:spec": {
+                    "f:containers": container_fields("app", serde_json::json!({"f:limits": {"f:memory": {}}}))}})),
+                entry("vpa-updater", Some("resize"), fields),
+                entry("kubectl-patch", Some("resize"), serde_json::json!({"f:spec": {
+                    "f:resources": {"f:limits": {"f:cpu": {}}}}})),
+            ]},
+            "spec": {"containers": [{"name": "app"}]}
+        }));
+        let v = PodView::try_from(&p).unwrap();
+        assert_eq!(
+            v.limit_writers,
+            [
+                LimitWriter {
+                    manager: "vpa-updater".into(),
+                    containers: vec!["app".into(), "side".into()],
+                    pod_level: false,
+                    at_s: Some(1_782_907_200),
+                },
+                LimitWriter {
+                    manager: "kubectl-patch".into(),
+                    containers: vec![],
+                    pod_level: true,
+                    at_s: Some(1_782_907_200),
+                },
+            ]
+        );
+        assert!(v.limits_set_by_headroom);
     }
 
     #[test]

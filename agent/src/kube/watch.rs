@@ -125,15 +125,19 @@ pub fn watch_configs(node_name: &str) -> (watcher::Config, watcher::Config, watc
 /// Everything `PodView::try_from` and the events need is kept.
 pub fn slim_pod(p: &mut Pod) {
     let m = &mut p.metadata;
-    // Only the agent's own entries: they say which limits Headroom set.
-    let own: Vec<_> = m
+    // Only the agent's own entries (which limits Headroom set) and those of
+    // other writers that changed a CPU limit in place (whom Headroom yields to).
+    let kept: Vec<_> = m
         .managed_fields
         .take()
         .into_iter()
         .flatten()
-        .filter(|e| e.manager.as_deref() == Some(crate::model::FIELD_MANAGER))
+        .filter(|e| {
+            e.manager.as_deref() == Some(crate::model::FIELD_MANAGER)
+                || crate::kube::view::limit_writer(e).is_some()
+        })
         .collect();
-    m.managed_fields = (!own.is_empty()).then_some(own);
+    m.managed_fields = (!kept.is_empty()).then_some(kept);
     m.labels = None;
     // Only the controller: its pod template holds the declared limits.
     m.owner_references = m
@@ -260,7 +264,12 @@ mod tests {
                 "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
                 "managedFields": [{"manager": "kubectl"},
                     {"manager": "headroom-agent", "operation": "Update", "subresource": "resize", "fieldsType": "FieldsV1",
-                     "fieldsV1": {"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}}],
+                     "fieldsV1": {"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}},
+                    {"manager": "vpa-updater", "operation": "Update", "subresource": "resize", "fieldsType": "FieldsV1",
+                     "time": "2026-07-01T12:00:00Z",
+                     "fieldsV1": {"f:spec": {"f:initContainers": {"k:{\"name\":\"side\"}": {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}},
+                    {"manager": "vpa-requests", "operation": "Update", "subresource": "resize", "fieldsType": "FieldsV1",
+                     "fieldsV1": {"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {"f:resources": {"f:requests": {"f:cpu": {}}}}}}}}],
                 "ownerReferences": [
                     {"apiVersion": "v1", "kind": "ConfigMap", "name": "not-controller", "uid": "o-1"},
                     {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "o-2", "controller": true}]},
@@ -291,7 +300,12 @@ mod tests {
             "the agent's own entry is kept"
         );
         assert_eq!(before.owner.as_ref().map(|o| o.name.as_str()), Some("rs"));
-        assert_eq!(p.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
+        assert_eq!(
+            before.limit_writers.len(),
+            1,
+            "the other writer's entry is kept"
+        );
+        assert_eq!(p.metadata.managed_fields.as_ref().map(Vec::len), Some(2));
         assert_eq!(p.metadata.owner_references.as_ref().map(Vec::len), Some(1));
         assert!(p.metadata.labels.is_none());
         assert!(p.spec.as_ref().unwrap().containers[0].env.is_none());

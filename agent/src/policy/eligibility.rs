@@ -5,6 +5,10 @@ use serde::{Serialize, Serializer};
 
 use crate::model::{ANN_ADOPT, ANN_MANAGED, Millis, PodView, Qos, ResizePolicy};
 
+/// A wall clock for tests: 2026-07-01T12:00:00Z.
+#[cfg(test)]
+pub const TEST_WALL_CLOCK_S: i64 = 1_782_907_200;
+
 /// Node-wide facts eligibility needs besides the pod.
 #[derive(Debug, Clone, Copy)]
 pub struct EligibilityCtx<'a> {
@@ -15,6 +19,9 @@ pub struct EligibilityCtx<'a> {
     /// Whether the cluster admits resizes of pods with pod-level resources
     /// (`dryRun=All` probe); `None` until probed.
     pub pod_level_resize_supported: Option<bool>,
+    /// The wall clock (Unix seconds), against which `headroom.dev/resume`
+    /// times are read (`super::writers`).
+    pub wall_clock_s: i64,
 }
 
 /// Why a pod is left alone. [`Unmanaged::reason`] is the metrics label.
@@ -40,6 +47,9 @@ pub enum Unmanaged {
     Guaranteed,
     /// BestEffort: adding a limit would change the QoS class.
     BestEffort,
+    /// Another field manager changed a CPU limit in place (`resize`), and
+    /// `headroom.dev/resume` does not hand it back (`super::writers`).
+    OtherWriter,
     /// `PodResizePending` is true: the kubelet has not taken the last resize.
     ResizePending,
     /// `PodResizeInProgress` is true.
@@ -61,7 +71,7 @@ pub enum Unmanaged {
 
 impl Unmanaged {
     /// Every reason, for metrics that export zeros.
-    pub const ALL: [Unmanaged; 18] = [
+    pub const ALL: [Unmanaged; 19] = [
         Unmanaged::OtherNode,
         Unmanaged::OptedOut,
         Unmanaged::NotOptedIn,
@@ -72,6 +82,7 @@ impl Unmanaged {
         Unmanaged::PodLevelGuaranteed,
         Unmanaged::Guaranteed,
         Unmanaged::BestEffort,
+        Unmanaged::OtherWriter,
         Unmanaged::ResizePending,
         Unmanaged::ResizeInProgress,
         Unmanaged::ResizeUnobserved,
@@ -104,6 +115,7 @@ impl Unmanaged {
             Unmanaged::PodLevelGuaranteed => "pod_level_guaranteed",
             Unmanaged::Guaranteed => "guaranteed",
             Unmanaged::BestEffort => "best_effort",
+            Unmanaged::OtherWriter => "other_writer",
             Unmanaged::ResizePending => "resize_pending",
             Unmanaged::ResizeInProgress => "resize_in_progress",
             Unmanaged::ResizeUnobserved => "resize_unobserved",
@@ -132,6 +144,9 @@ impl Unmanaged {
             }
             Unmanaged::Guaranteed => "Guaranteed; a CPU limit change would change QoS",
             Unmanaged::BestEffort => "BestEffort; adding a CPU limit would change QoS",
+            Unmanaged::OtherWriter => {
+                "another field manager changed a CPU limit in place; Headroom leaves the pod's limits to it (headroom.dev/resume hands them back)"
+            }
             Unmanaged::ResizePending => "a resize is pending (PodResizePending)",
             Unmanaged::ResizeInProgress => "a resize is in progress (PodResizeInProgress)",
             Unmanaged::ResizeUnobserved => "the kubelet has not observed the latest spec yet",
@@ -268,6 +283,11 @@ pub fn eligibility(pod: &PodView, ctx: &EligibilityCtx<'_>) -> Result<ManagedSha
     {
         return Err(Unmanaged::ResizeUnobserved);
     }
+    // After the resize conditions, which pass: while another writer's resize
+    // is in flight the pod is held as any resizing pod is.
+    if super::writers::yields_to(pod, ctx.wall_clock_s).is_some() {
+        return Err(Unmanaged::OtherWriter);
+    }
     // With the gate off, every resize of a pod with spec.resources is
     // refused, even a container-only one (docs/kubelet-behaviour.md §4).
     if pod_level {
@@ -340,7 +360,19 @@ fn container_shape(pod: &PodView, adopt: bool) -> Result<ManagedShape, Unmanaged
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ANN_ADOPT, ANN_MANAGED, PodView, Qos, ResizePolicy, Resources};
+    use crate::model::{
+        ANN_ADOPT, ANN_MANAGED, ANN_RESUME, LimitWriter, PodView, Qos, ResizePolicy, Resources,
+    };
+
+    /// `kubectl-patch` resized container `a`'s limit at the test clock.
+    fn other_writer() -> LimitWriter {
+        LimitWriter {
+            manager: "kubectl-patch".into(),
+            containers: vec!["a".into()],
+            pod_level: false,
+            at_s: Some(TEST_WALL_CLOCK_S),
+        }
+    }
     use crate::policy::tests::fixtures::*;
 
     #[test]
@@ -378,6 +410,10 @@ mod tests {
         (Some(Unmanaged::ResizePending), |p| p.resize.pending = Some("Infeasible".into())),
         (Some(Unmanaged::ResizeInProgress), |p| p.resize.in_progress = Some(String::new())),
         (Some(Unmanaged::ResizeUnobserved), |p| { p.generation = 3; p.resize.observed_generation = Some(2) }),
+        // Another writer resized a limit: yielded to once its resize is through.
+        (Some(Unmanaged::OtherWriter), |p| p.limit_writers = vec![other_writer()]),
+        (Some(Unmanaged::ResizePending), |p| { p.limit_writers = vec![other_writer()]; p.resize.pending = Some("Deferred".into()) }),
+        (None, |p| { p.limit_writers = vec![other_writer()]; p.annotations.insert(ANN_RESUME.into(), "2026-07-01T12:00:00Z".into()); }),
         (None, |p| { p.generation = 3; p.resize.observed_generation = Some(3) }),
         // Without adoption.
         (Some(Unmanaged::NoCpuLimit), |p| p.containers[0].resources.cpu_limit = None),
@@ -416,6 +452,19 @@ mod tests {
             ..ctx(None)
         };
         assert_eq!(eligibility(&p, &ns).err(), Some(Unmanaged::OptedOut));
+    }
+
+    #[test]
+    fn other_writer_comes_after_opt_in_and_qos() {
+        let mut p = simple("a", 100, Some(500));
+        p.limit_writers = vec![other_writer()];
+        let mut out = p.clone();
+        out.annotations.insert(ANN_MANAGED.into(), "false".into());
+        assert_eq!(why(&out), Some(Unmanaged::OptedOut));
+        let mut stopped = p.clone();
+        stopped.phase = Some("Succeeded".into());
+        assert_eq!(why(&stopped), Some(Unmanaged::NotRunning));
+        assert!(!Unmanaged::OtherWriter.is_transient());
     }
 
     #[test]

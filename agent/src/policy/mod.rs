@@ -33,6 +33,7 @@ pub mod hysteresis;
 pub mod slack_formula;
 pub mod split;
 pub mod waterfill;
+pub mod writers;
 
 #[cfg(test)]
 mod tests;
@@ -48,6 +49,7 @@ pub use floors::Floor;
 pub use hysteresis::{
     Direction, Hold, HoldReason, PatchKind, PatchPlan, PlanOutcome, PodMemory, plan,
 };
+pub use writers::Yielded;
 
 /// Node-wide inputs of one round.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +63,9 @@ pub struct NodeInputs<'a> {
     pub contention: slack_formula::ContentionInputs,
     /// Cluster admits resizes of pods with pod-level resources; `None` = not probed.
     pub pod_level_resize_supported: Option<bool>,
+    /// The wall clock (Unix seconds): `headroom.dev/resume` times are read
+    /// against it ([`writers`]).
+    pub wall_clock_s: i64,
 }
 
 /// One pod of the node with its samples.
@@ -110,6 +115,8 @@ pub struct Decision {
     pub managed: bool,
     /// Why the pod is left alone (`None` when managed).
     pub reason: Option<Unmanaged>,
+    /// With [`Unmanaged::OtherWriter`]: who changed its limits, and when.
+    pub yielded: Option<Yielded>,
     /// How it is managed (`None` when unmanaged).
     pub level: Option<Level>,
     /// Request the managed limit is measured against (managed containers'
@@ -230,6 +237,7 @@ pub fn decide(
             node_name: node.node_name,
             namespace_opted_in: p.namespace_opted_in,
             pod_level_resize_supported: node.pod_level_resize_supported,
+            wall_clock_s: node.wall_clock_s,
         };
         let pod = p.pod;
         let mut d = Decision {
@@ -238,6 +246,7 @@ pub fn decide(
             uid: pod.uid.clone(),
             managed: false,
             reason: None,
+            yielded: None,
             level: None,
             request_m: pod.cpu_request(),
             usage_m: p.usage_m,
@@ -250,7 +259,12 @@ pub fn decide(
             containers: Vec::new(),
         };
         match eligibility(pod, &ctx) {
-            Err(why) => d.reason = Some(why),
+            Err(why) => {
+                d.reason = Some(why);
+                if why == Unmanaged::OtherWriter {
+                    d.yielded = Yielded::of(pod, node.wall_clock_s);
+                }
+            }
             Ok(shape) => {
                 let request = shape.request_m();
                 let mut floor = floors::floor(pod, &shape, q, p.extra_floor_m);

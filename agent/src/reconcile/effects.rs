@@ -109,5 +109,11 @@ fn log(view: &PodView, line: &Log) {
         Log::DriftCleared { target, lasted } => tracing::info!(
             pod = %pod, cgroup = %target, lasted_s = lasted.as_secs(), "cgroup drift cleared"
         ),
+        Log::Yielded(y) => tracing::info!(
+            pod = %pod, manager = %y.manager, limits = %y.limits.join(","),
+            changed_at = y.changed_at.as_deref().unwrap_or("-"), why = %y.describe(),
+            "yielding to another writer"
+        ),
+        Log::YieldEnded => tracing::info!(pod = %pod, "no longer yielding to another writer"),
     }
 }

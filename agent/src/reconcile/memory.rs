@@ -1,7 +1,7 @@
 //! What the reconciler remembers between ticks, per pod and node-wide.
 //! Pure data with explicit time, so every retry/backoff rule is unit-tested.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crate::model::{DeclaredLimits, Millis};
@@ -68,6 +68,10 @@ pub struct Memory {
     /// Limits each pod's workload declares: seen while they were not yet
     /// Headroom's, or read from the owner's pod template.
     pub declared: HashMap<String, DeclaredLimits>,
+    /// Pods whose limits Headroom leaves to another writer (reason
+    /// `other_writer`) as of the last round: their Event is sent once, when
+    /// the pause begins.
+    pub yielded: HashSet<String>,
 }
 
 impl Memory {
@@ -130,6 +134,7 @@ impl Memory {
             .chain(self.backoff.keys())
             .chain(self.dry_run_logged.keys())
             .chain(self.declared.keys())
+            .chain(self.yielded.iter())
     }
 
     /// Drops everything about a pod that is gone.
@@ -139,6 +144,7 @@ impl Memory {
         self.backoff.remove(uid);
         self.dry_run_logged.remove(uid);
         self.declared.remove(uid);
+        self.yielded.remove(uid);
     }
 }
 
@@ -217,10 +223,11 @@ mod tests {
         m.dry_run_logged.insert("dry".into(), 200);
         m.declared
             .insert("declared".into(), DeclaredLimits::default());
+        m.yielded.insert("yielded".into());
         let mut uids: Vec<&str> = m.uids().map(String::as_str).collect();
         uids.sort_unstable();
-        assert_eq!(uids, ["backoff", "declared", "dry", "floor"]);
-        for u in ["backoff", "declared", "dry", "floor"] {
+        assert_eq!(uids, ["backoff", "declared", "dry", "floor", "yielded"]);
+        for u in ["backoff", "declared", "dry", "floor", "yielded"] {
             m.forget(u);
         }
         assert_eq!(m.uids().count(), 0);

@@ -170,6 +170,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let obs = self.observe(now).await?;
         self.learn_declared(&obs.views, now).await;
         let (round, patches) = self.decide(&obs, now);
+        self.announce_yields(&obs.views, &round, now).await;
         self.probe_pod_level(&obs.views, &round, now).await;
         self.act(&obs.views, &patches, now).await;
         self.verify(&obs, now).await;
@@ -201,6 +202,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             &self.memory.floors,
             &self.memory.declared,
             self.pod_level.supported,
+            crate::policy::writers::wall_clock_s(),
             &self.settings.policy,
         );
         let plan = crate::policy::plan(
@@ -215,6 +217,18 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .decision_duration
             .observe(t_decide.elapsed().as_secs_f64());
         (round, plan.patches)
+    }
+
+    /// One Event and log line for each pod that begins to yield to another
+    /// writer this round, a log line for each that stops.
+    async fn announce_yields(&mut self, views: &[PodView], round: &Round, now: Duration) {
+        let changes =
+            outcome::on_yields(&mut self.memory, &round.decisions, !self.settings.dry_run);
+        for (uid, effects) in changes {
+            if let Some(v) = views.iter().find(|v| v.uid == uid) {
+                self.apply(v, effects, now).await;
+            }
+        }
     }
 
     fn forget(&mut self, uid: &str) {

@@ -259,6 +259,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             &self.settings.node_name,
             &opted,
             self.pod_level.supported,
+            crate::policy::writers::wall_clock_s(),
         );
         contention::attribute(
             prev,

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use crate::kube::classify::{Outcome, Refusal};
 use crate::kube::events::{
-    EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED,
+    EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED, REASON_YIELDED,
 };
 use crate::kube::resize::ResizeAnswer;
 use crate::metrics::{PatchErrorClass, ResizeResult};
 use crate::model::{Millis, PodView};
-use crate::policy::{Direction, PatchPlan, PodMemory, PolicyConfig};
+use crate::policy::{Decision, Direction, PatchPlan, PodMemory, PolicyConfig, Yielded};
 use crate::verify::{DriftEvent, Mismatch, ResizeOutcome, Target};
 
 use super::memory::{Jitter, Memory};
@@ -103,12 +103,59 @@ pub enum Log {
         target: Target,
         lasted: Duration,
     },
+    /// Headroom leaves the pod's limits to another writer.
+    Yielded(Yielded),
+    /// The other writer's change is handed back (`headroom.dev/resume`), or
+    /// gone: Headroom manages the pod's limits again (or it left for
+    /// another reason).
+    YieldEnded,
 }
 
 /// A CPU limit as a Kubernetes quantity in millicores (`300m`), or
 /// `unlimited`.
 pub fn fmt_limit(m: Option<Millis>) -> String {
     m.map_or_else(|| "unlimited".to_string(), |m| format!("{m}m"))
+}
+
+/// The round's pods that begin or stop yielding to another writer, with
+/// their effects: one Event and a log line when a pause begins (not one per
+/// tick: `memory.yielded` remembers it), a log line when it ends. In dry-run
+/// (`events: false`) only the log lines.
+pub fn on_yields(
+    memory: &mut Memory,
+    decisions: &[Decision],
+    events: bool,
+) -> Vec<(String, Vec<Effect>)> {
+    let mut out = Vec::new();
+    let mut now_yielded = std::collections::HashSet::new();
+    for d in decisions {
+        let Some(y) = d.yielded.as_ref() else {
+            continue;
+        };
+        now_yielded.insert(d.uid.clone());
+        if memory.yielded.insert(d.uid.clone()) {
+            let mut effects = vec![Effect::Log(Log::Yielded(y.clone()))];
+            if events {
+                effects.push(Effect::Event {
+                    type_: EventType::Normal,
+                    reason: REASON_YIELDED,
+                    note: y.describe(),
+                });
+            }
+            out.push((d.uid.clone(), effects));
+        }
+    }
+    let ended: Vec<String> = memory
+        .yielded
+        .iter()
+        .filter(|u| !now_yielded.contains(*u))
+        .cloned()
+        .collect();
+    for uid in ended {
+        memory.yielded.remove(&uid);
+        out.push((uid, vec![Effect::Log(Log::YieldEnded)]));
+    }
+    out
 }
 
 /// `--dry-run`: log and count a plan once per target, send nothing.

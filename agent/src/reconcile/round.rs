@@ -30,6 +30,7 @@ pub fn observe_round(
     learned_floors: &HashMap<String, Millis>,
     declared: &HashMap<String, DeclaredLimits>,
     pod_level_supported: Option<bool>,
+    wall_clock_s: i64,
     cfg: &PolicyConfig,
 ) -> Round {
     let usage: HashMap<&str, (Millis, f64)> = slack
@@ -67,6 +68,7 @@ pub fn observe_round(
             demand_m: owed_m,
         },
         pod_level_resize_supported: pod_level_supported,
+        wall_clock_s,
     };
     let (node, decisions) = policy::decide(&node, &inputs, cfg);
     Round { node, decisions }

@@ -534,3 +534,106 @@ async fn a_neighbour_displaced_within_its_request_lowers_on_the_second_tick() {
     assert_eq!(round.node.raw_slack_m, 300);
     assert_eq!(cs[0].cpu_limit_m, 100, "{sent:?}");
 }
+
+/// `ns/web` after another writer's in-place resize of container `app` to
+/// `limit_m` at Unix second `at_s` (generation 3, seen by the kubelet),
+/// with `headroom.dev/resume` set to `resume` if given.
+fn resized_by_other(limit_m: Millis, at_s: i64, resume: Option<i64>) -> Pod {
+    let mut p = serde_json::to_value(pod(3, limit_m, 3)).unwrap();
+    let at = |s: i64| {
+        k8s_openapi::jiff::Timestamp::from_second(s)
+            .unwrap()
+            .to_string()
+    };
+    p["metadata"]["managedFields"] = json!([
+        {"manager": "headroom-agent", "operation": "Update", "subresource": "resize",
+         "time": at(at_s - 5), "fieldsType": "FieldsV1", "fieldsV1": {}},
+        {"manager": "vpa-updater", "operation": "Update", "subresource": "resize",
+         "time": at(at_s), "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:spec": {"f:containers": {"k:{\"name\":\"app\"}":
+            {"f:resources": {"f:limits": {"f:cpu": {}}}}}}}}]);
+    if let Some(r) = resume {
+        p["metadata"]["annotations"]["headroom.dev/resume"] = at(r).into();
+    }
+    serde_json::from_value(p).unwrap()
+}
+
+/// Another writer resizes the limit Headroom raised: no patch for as long as
+/// it stands (an unscripted resize would panic), one `HeadroomYielded` Event
+/// over many ticks, `headroom_pods{reason="other_writer"}`. A
+/// `headroom.dev/resume` time before the change leaves it paused; one at or
+/// after it hands the limit back, and Headroom raises it to its ceiling again.
+#[tokio::test]
+async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
+    use crate::kube::events::REASON_YIELDED;
+    let mut h = Harness::raised().await;
+    h.kubelet_resized(2, 400);
+    h.tick().await;
+    let at = crate::policy::writers::wall_clock_s() - 10;
+    write(&h.pod_dir, "cpu.max", &quota(250));
+    let app = h.pod_dir.join(format!("cri-containerd-{APP}.scope"));
+    write(&app, "cpu.max", &quota(250));
+    h.pods
+        .apply_watcher_event(&watcher::Event::Apply(resized_by_other(250, at, None)));
+    for _ in 0..10 {
+        let round = h.tick().await.expect("a round");
+        let d = &round.decisions[0];
+        assert_eq!(d.reason, Some(crate::policy::Unmanaged::OtherWriter));
+        assert_eq!(
+            d.yielded.as_ref().map(|y| y.manager.as_str()),
+            Some("vpa-updater")
+        );
+    }
+    assert_eq!(
+        h.resizes().len(),
+        1,
+        "only the raise before the other writer"
+    );
+    let yielded: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter(|(_, r, _)| r == REASON_YIELDED)
+        .collect();
+    assert_eq!(yielded.len(), 1, "{yielded:?}");
+    assert!(
+        yielded[0]
+            .2
+            .contains("container app changed in place by vpa-updater"),
+        "{yielded:?}"
+    );
+    let pods = "headroom_pods";
+    assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 1.0);
+    assert!(h.agent.memory.yielded.contains(UID));
+
+    // A resume time before the change does not cover it.
+    h.pods
+        .apply_watcher_event(&watcher::Event::Apply(resized_by_other(
+            250,
+            at,
+            Some(at - 1),
+        )));
+    h.tick().await;
+    assert_eq!(h.resizes().len(), 1);
+    // One at the change hands the limit back: raised to the ceiling once the
+    // raise cooldown (60 s) is over.
+    h.pods
+        .apply_watcher_event(&watcher::Event::Apply(resized_by_other(250, at, Some(at))));
+    h.clock.fetch_add(60, Ordering::SeqCst);
+    h.script([Reply::Applied { generation: 4 }]);
+    let round = h.tick().await.expect("a round");
+    assert_eq!(round.decisions[0].reason, None);
+    assert_eq!(
+        h.resizes().last().map(|r| r.change.clone()),
+        Some(app_limit(400))
+    );
+    assert!(!h.agent.memory.yielded.contains(UID));
+    assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 0.0);
+    assert_eq!(
+        h.events()
+            .iter()
+            .filter(|(_, r, _)| r == REASON_YIELDED)
+            .count(),
+        1,
+        "no second Event"
+    );
+}

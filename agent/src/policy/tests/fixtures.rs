@@ -63,6 +63,7 @@ pub(in crate::policy) fn ctx(supported: Option<bool>) -> EligibilityCtx<'static>
         node_name: NODE,
         namespace_opted_in: false,
         pod_level_resize_supported: supported,
+        wall_clock_s: crate::policy::eligibility::TEST_WALL_CLOCK_S,
     }
 }
 
@@ -89,6 +90,7 @@ pub(in crate::policy) fn node(
             demand_m: owed_m,
         },
         pod_level_resize_supported: Some(true),
+        wall_clock_s: crate::policy::eligibility::TEST_WALL_CLOCK_S,
     }
 }
 
