@@ -261,7 +261,10 @@ pub fn decide(
         match eligibility(pod, &ctx) {
             Err(why) => {
                 d.reason = Some(why);
-                if why == Unmanaged::OtherWriter {
+                // A pod held only while a resize goes through (another
+                // writer's next one, say) still yields to that writer: its
+                // pause goes on, so no second Event when the resize is done.
+                if why == Unmanaged::OtherWriter || why.is_transient() {
                     d.yielded = Yielded::of(pod, node.wall_clock_s);
                 }
             }
