@@ -326,9 +326,7 @@ impl AgentProcess {
     }
 
     pub fn log_tail(&self, n: usize) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        crate::control_plane::log_tail(&self.log_path, n)
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -214,9 +214,7 @@ impl Updater {
     }
 
     pub fn log_tail(&self, n: usize) -> String {
-        let log = self.log();
-        let lines: Vec<&str> = log.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
+        crate::control_plane::log_tail(&self.log_path, n)
     }
 
     /// Resize patches the updater logged sending for pod `name`.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 use testkit::agent::fast_args;
 use testkit::scenario::pod::touched_by_agent;
@@ -23,25 +23,9 @@ async fn node(prefix: &str) -> Scenario<'static> {
 
 /// A resize as an earlier agent sent it: the agent's field manager.
 async fn resize_as_agent(n: &Scenario<'_>, name: &str, limit: &str) {
-    resize_as(n, name, "headroom-agent", limit)
+    n.resize_as(name, "headroom-agent", limit)
         .await
         .expect("resize as the agent");
-}
-
-/// A resize of container "app"'s CPU limit by field manager `manager`.
-async fn resize_as(n: &Scenario<'_>, name: &str, manager: &str, limit: &str) -> kube::Result<Pod> {
-    n.pods()
-        .patch_subresource(
-            "resize",
-            name,
-            &PatchParams {
-                field_manager: Some(manager.into()),
-                ..Default::default()
-            },
-            &Patch::Strategic(json!({"spec": {"containers": [
-                {"name": "app", "resources": {"limits": {"cpu": limit}}}]}})),
-        )
-        .await
 }
 
 fn container(req: &str, lim: &str) -> Value {
@@ -175,7 +159,7 @@ async fn managed_fields_name_who_last_set_a_limit() {
         p.metadata.managed_fields
     );
     // The user resizes it back: the limit is theirs again.
-    resize_as(&n, "p", "kubectl", "150m")
+    n.resize_as("p", "kubectl", "150m")
         .await
         .expect("user resize");
     let p = n.get("p").await;

@@ -256,23 +256,6 @@ async fn vpa_on_requests_only_and_headroom_on_limits_both_keep_working() {
     assert_eq!(u.evictions_of("web-1"), 0, "{}", u.log_tail(40));
 }
 
-/// A resize of container "app"'s CPU limit by field manager `manager`.
-async fn resize_as(s: &Scenario<'_>, name: &str, manager: &str, limit: &str) {
-    s.pods()
-        .patch_subresource(
-            "resize",
-            name,
-            &PatchParams {
-                field_manager: Some(manager.into()),
-                ..Default::default()
-            },
-            &Patch::Strategic(json!({"spec": {"containers": [
-                {"name": "app", "resources": {"limits": {"cpu": limit}}}]}})),
-        )
-        .await
-        .expect("resize");
-}
-
 async fn annotate_resume(s: &Scenario<'_>, name: &str, at: k8s_openapi::jiff::Timestamp) {
     let at = k8s_openapi::jiff::Timestamp::from_second(at.as_second()).unwrap();
     s.pods()
@@ -362,7 +345,9 @@ async fn a_persons_resize_pauses_headroom_on_the_pod_until_resume_covers_it() {
     .await;
     let before =
         k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(3600);
-    resize_as(&s, "p", KUBECTL_PATCH, "300m").await;
+    s.resize_as("p", KUBECTL_PATCH, "300m")
+        .await
+        .expect("resize");
     let g = generation(&s.get("p").await);
     s.wait_events("p", YIELDED).await;
     // Eight raise cooldowns and forty ticks: Headroom would have raised it back.

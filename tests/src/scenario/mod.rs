@@ -304,6 +304,24 @@ impl Scenario<'_> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
+    /// Resizes container "app"'s CPU limit to `limit` through the `resize`
+    /// subresource as field manager `manager` (the agent, VPA's updater, a
+    /// person's kubectl), so `managedFields` records who wrote it.
+    pub async fn resize_as(&self, name: &str, manager: &str, limit: &str) -> kube::Result<Pod> {
+        self.pods()
+            .patch_subresource(
+                "resize",
+                name,
+                &kube::api::PatchParams {
+                    field_manager: Some(manager.into()),
+                    ..Default::default()
+                },
+                &kube::api::Patch::Strategic(serde_json::json!({"spec": {"containers": [
+                    {"name": "app", "resources": {"limits": {"cpu": limit}}}]}})),
+            )
+            .await
+    }
+
     /// Creates a pod from its JSON body in the scenario's namespace.
     pub async fn create(&self, pod: Value) -> Pod {
         let pod: Pod = serde_json::from_value(pod).expect("pod json");
