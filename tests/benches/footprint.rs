@@ -411,19 +411,30 @@ async fn floor_files(
             if !e.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
+            // `kubepods-burstable-pod<uid>.slice` (systemd), `pod<uid>`
+            // (cgroupfs); QoS directories are walked into, pods are not.
             let name = e.file_name().to_string_lossy().into_owned();
-            let uid = name
-                .split("pod")
-                .nth(1)
-                .map(|r| r.trim_end_matches(".slice"));
-            if uid.is_some_and(|u| uids.contains(u)) {
-                out.push(e.path().join("cpu.stat"));
-            } else if !name.contains("pod") {
-                stack.push(e.path());
+            match name
+                .rsplit_once("pod")
+                .map(|(_, r)| r.trim_end_matches(".slice"))
+            {
+                Some(uid) if uid.len() >= 32 => {
+                    if uids.contains(uid) {
+                        out.push(e.path().join("cpu.stat"));
+                    }
+                }
+                _ => stack.push(e.path()),
             }
         }
     }
     Ok(out)
+}
+
+/// kubepods' `cpu.pressure` `some total` (µs) in the sim tree.
+fn kubepods_some_us(root: &Path) -> Option<u64> {
+    let layout = headroom::cgroup::discover(root).ok()?;
+    let b = headroom::cgroup::read::read(&root.join(layout.kubepods).join("cpu.pressure")).ok()?;
+    Some(headroom::cgroup::parse::pressure(&b).ok()?.some.total_us)
 }
 
 /// CPU over consecutive slices of a window: (mean, min, max) millicores.
@@ -664,7 +675,9 @@ async fn measure(
     let nfiles = files.len();
     let m0 = parse_metrics(&agent.scrape().await?)?;
     let floor = Floor::start(files);
+    let some0 = kubepods_some_us(&node.root);
     let (steady, rss_steady) = window_samples(pid, window).await?;
+    let some1 = kubepods_some_us(&node.root);
     let (floor_cpu, floor_reads, floor_ticks) = floor.stop();
     let m1 = parse_metrics(&agent.scrape().await?)?;
     let (a, b) = (steady[0], *steady.last().context("samples")?);
@@ -689,7 +702,14 @@ async fn measure(
         (b.rchar - a.rchar) as f64 / 1024.0 / secs
     );
     let managed = metric(&m1, "headroom_pods", &[("state", "managed")]).unwrap_or(f64::NAN);
-    println!("headroom_pods{{state=managed}} = {managed}");
+    println!(
+        "headroom_pods{{state=managed}} = {managed}; kubepods stall (Δsome) {:.2} % of the \
+         window (the contention gate opens at {} %)",
+        some0
+            .zip(some1)
+            .map_or(f64::NAN, |(a, b)| (b - a) as f64 / secs / 1e4),
+        headroom::contention::GATE_PCT
+    );
 
     if profile {
         let out = tokio::process::Command::new("timeout")
@@ -743,6 +763,12 @@ async fn measure(
         }
     }
     let (floor_cpu, _, _) = floor.stop();
+    // Back to the mix's own demands, so the next agent on this node starts
+    // from the same calm state (redrawn demands above the limits throttle
+    // pods, and throttled tasks stall kubepods: the contention gate opens).
+    for (name, kind) in churn.live() {
+        sim.set_demand(&node.ns, name, kind.demand_m());
+    }
     let b = *samples.last().context("samples")?;
     let csecs = (b.at - a.at).as_secs_f64();
     let floor_churn_m = floor_cpu.as_secs_f64() / csecs * 1000.0;
