@@ -14,7 +14,8 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use headroom::cgroup;
+use headroom::cgroup::read::{Buf, Handles};
+use headroom::cgroup::{self, Depth, Scanner};
 
 /// Interface files of a cgroup v2 directory that Headroom does not read.
 const OTHER_FILES: &[&str] = &[
@@ -146,6 +147,7 @@ fn main() {
         "{:>5}  {:>6}  {:>5}  {:>12}  {:>12}  {:>6}  {:>14}  {:>6}",
         "pods", "files", "dirs", "scan ns/pod", "floor ns/pod", "ratio", "+list ns/pod", "ratio"
     );
+    let mut lights = Vec::new();
     for pods in [110, 250, 500] {
         let t = tempfile::tempdir().unwrap();
         let (files, dirs) = build(t.path(), pods);
@@ -177,6 +179,17 @@ fn main() {
             }
         });
         let per = |d: Duration| d.as_nanos() as f64 / pods as f64;
+        // A calm tick: each pod's cpu.stat, read by open + fstat + read +
+        // close, or through a kept handle with one pread.
+        let mut opening = Scanner::new(t.path(), Handles::none());
+        let mut keeping = Scanner::new(t.path(), Handles::keeping(4096));
+        let light_open = median(|| {
+            black_box(opening.rescan(&snap, 1, |_, _| Depth::Stat).unwrap());
+        });
+        let light_kept = median(|| {
+            black_box(keeping.rescan(&snap, 1, |_, _| Depth::Stat).unwrap());
+        });
+        lights.push((pods, per(light_open), per(light_kept)));
         println!(
             "{pods:>5}  {:>6}  {:>5}  {:>12.0}  {:>12.0}  {:>6.2}  {:>14.0}  {:>6.2}",
             files.len(),
@@ -188,4 +201,73 @@ fn main() {
             scan.as_secs_f64() / listed.as_secs_f64()
         );
     }
+    println!(
+        "\ncalm tick (kubepods' counters + each pod's cpu.stat), temp-dir tree: \
+         open+fstat+read+close vs kept handle + pread, ns per pod"
+    );
+    for (pods, open, kept) in lights {
+        println!(
+            "{pods:>5}  open {open:>8.0}  kept {kept:>8.0}  kept/open {:.2}",
+            kept / open
+        );
+    }
+    real_cgroupfs();
+}
+
+/// The same two ways over real cgroupfs files (`cpu.stat` of child cgroups
+/// of a cgroup2 mount, which the kernel generates on each read), where one
+/// can be made; skipped otherwise.
+fn real_cgroupfs() {
+    let Some(base) = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .map(Path::new)
+        .find(|p| cgroup::read::is_cgroup2(p))
+    else {
+        println!("no cgroup2 mount: real cgroupfs comparison skipped");
+        return;
+    };
+    let top = base.join(format!("headroom-bench-{}", std::process::id()));
+    if std::fs::create_dir(&top).is_err() {
+        println!(
+            "{} not writable: real cgroupfs comparison skipped",
+            base.display()
+        );
+        return;
+    }
+    let n = 250;
+    let files: Vec<PathBuf> = (0..n)
+        .filter_map(|i| {
+            let d = top.join(format!("pod{i}"));
+            std::fs::create_dir(&d).ok()?;
+            Some(d.join("cpu.stat"))
+        })
+        .collect();
+    let mut b = Buf::default();
+    let mut none = Handles::none();
+    let open = median(|| {
+        for f in &files {
+            none.read_into(f, &mut b).unwrap();
+        }
+    });
+    let mut kept = Handles::keeping(4096);
+    let pread = median(|| {
+        for f in &files {
+            kept.read_into(f, &mut b).unwrap();
+        }
+    });
+    let per = |d: Duration| d.as_nanos() as f64 / files.len() as f64;
+    println!(
+        "real cgroupfs ({}), {} cpu.stat files: open {:.0} ns, kept {:.0} ns per file, \
+         kept/open {:.2}",
+        base.display(),
+        files.len(),
+        per(open),
+        per(pread),
+        pread.as_secs_f64() / open.as_secs_f64()
+    );
+    drop(kept);
+    for f in &files {
+        let _ = std::fs::remove_dir(f.parent().unwrap());
+    }
+    let _ = std::fs::remove_dir(&top);
 }

@@ -248,13 +248,41 @@ fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage 
 
 /// Measures the node between two snapshots of the same node.
 pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> NodeSlack {
+    measure_with(prev, cur, cap, None)
+}
+
+/// [`measure`], where a pod that `prev` did not read takes its usage since
+/// `older` (an earlier snapshot that read it, e.g. the last full scan): a
+/// pod read only while it is managed has a usage on its first managed tick,
+/// averaged over a longer interval, instead of none (which would count its
+/// burst as other pods' usage for that tick). Its throttled time stays
+/// unknown (`None`): the stall is per interval.
+pub fn measure_with(
+    prev: &NodeSnapshot,
+    cur: &NodeSnapshot,
+    cap: CapacityInputs,
+    older: Option<&NodeSnapshot>,
+) -> NodeSlack {
     let dt_us = cur.at_us.saturating_sub(prev.at_us);
     let (capacity_m, capacity_source) = capacity(&cur.kubepods, cap);
     let by_uid: HashMap<&str, &PodCgroup> = prev.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+    let older = older.filter(|o| o.at_us < prev.at_us);
     let pods: Vec<PodUsage> = cur
         .pods
         .iter()
-        .map(|p| pod_usage(by_uid.get(p.uid.as_str()).copied(), p, dt_us))
+        .map(|p| match by_uid.get(p.uid.as_str()) {
+            Some(before) => pod_usage(Some(before), p, dt_us),
+            None => {
+                let then = older.and_then(|o| o.pods.iter().find(|q| q.uid == p.uid));
+                match (older, then) {
+                    (Some(o), Some(then)) => PodUsage {
+                        throttled_us: None,
+                        ..pod_usage(Some(then), p, cur.at_us.saturating_sub(o.at_us))
+                    },
+                    _ => pod_usage(None, p, dt_us),
+                }
+            }
+        })
         .collect();
     let cur_uids: std::collections::HashSet<&str> =
         cur.pods.iter().map(|p| p.uid.as_str()).collect();
@@ -664,5 +692,38 @@ mod tests {
             CAP,
         );
         assert_eq!(s.stall, None);
+    }
+
+    /// A pod the previous tick did not read (it was not managed then) takes
+    /// its usage since the older snapshot that read it; without one, none.
+    #[test]
+    fn a_pod_unread_last_tick_is_measured_since_the_older_snapshot() {
+        let u = |us| Ok(sample(None, us, 0, 0));
+        let older = snap(
+            0,
+            sample(None, 0, 0, 0),
+            vec![pod("a", u(0)), pod("b", u(0))],
+        );
+        let prev = snap(
+            10_000_000,
+            sample(None, 5_000_000, 0, 0),
+            vec![pod("a", u(5_000_000))],
+        );
+        let cur = snap(
+            11_000_000,
+            sample(None, 6_000_000, 0, 0),
+            vec![pod("a", u(5_500_000)), pod("b", u(2_200_000))],
+        );
+        let s = measure_with(&prev, &cur, CAP, Some(&older));
+        assert_eq!(s.pods[0].usage_m, Some(500), "over the last interval");
+        assert_eq!(s.pods[1].usage_m, Some(200), "2.2 s of CPU over 11 s");
+        assert_eq!(s.pods[1].throttled_us, None, "the stall is per interval");
+        assert_eq!(measure(&prev, &cur, CAP).pods[1].usage_m, None);
+        let newer = snap(10_500_000, sample(None, 0, 0, 0), vec![pod("b", u(0))]);
+        assert_eq!(
+            measure_with(&prev, &cur, CAP, Some(&newer)).pods[1].usage_m,
+            None,
+            "only a snapshot older than the previous one"
+        );
     }
 }

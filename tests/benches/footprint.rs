@@ -35,7 +35,7 @@ use testkit::agent::{
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
 use testkit::workload::{
-    Churn, FOOTPRINT_MIX, Spec, container, create_all, mix, opt_in, pod, pod_names, res,
+    Churn, FOOTPRINT_MIX, Kind, Spec, container, create_all, mix, opt_in, pod, pod_names, res,
     wait_running,
 };
 
@@ -267,6 +267,28 @@ struct MixNode {
 }
 
 async fn mix_node(cp: &ControlPlane, dir: &Path, name: &str) -> anyhow::Result<MixNode> {
+    mix_node_of(cp, dir, name, &FOOTPRINT_MIX).await
+}
+
+/// [`FOOTPRINT_MIX`] scaled to `n` pods (the same shares; managed 1-container
+/// pods take the rounding).
+fn scaled_mix(n: usize) -> Vec<(Kind, usize)> {
+    let base: usize = FOOTPRINT_MIX.iter().map(|(_, c)| c).sum();
+    let mut out: Vec<(Kind, usize)> = FOOTPRINT_MIX
+        .iter()
+        .map(|&(k, c)| (k, (c * n + base / 2) / base))
+        .collect();
+    let sum: usize = out.iter().map(|(_, c)| c).sum();
+    out[0].1 = (out[0].1 + n).saturating_sub(sum);
+    out
+}
+
+async fn mix_node_of(
+    cp: &ControlPlane,
+    dir: &Path,
+    name: &str,
+    counts: &[(Kind, usize)],
+) -> anyhow::Result<MixNode> {
     let client = cp.client().await;
     let ns = cp.namespace(name).await;
     opt_in(&client, &ns).await?;
@@ -280,7 +302,7 @@ async fn mix_node(cp: &ControlPlane, dir: &Path, name: &str) -> anyhow::Result<M
     host_cpus(&root, 16)?;
     cp.wait_node_admissible(&node).await?;
     let api: Api<Pod> = Api::namespaced(client, &ns);
-    let specs = mix(&node, &FOOTPRINT_MIX);
+    let specs = mix(&node, counts);
     for s in &specs {
         sim.set_demand(&ns, &s.name, s.demand_m);
     }
@@ -302,36 +324,319 @@ async fn mix_node(cp: &ControlPlane, dir: &Path, name: &str) -> anyhow::Result<M
 
 // ---------------------------------------------------------------- 1. footprint
 
-async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
-    let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
-    let MixNode {
-        root,
-        sim,
-        api,
-        specs: mix,
-        created,
-        up,
-        ..
-    } = mix_node(cp, dir, "footprint").await?;
-    let total = mix.len();
-    println!(
-        "\n== footprint: {total} pods (200 managed: 160×1 + 40×3 containers; 20 Guaranteed, \
-         15 BestEffort, 15 opted out), node 16 CPUs, sim tick 1 s"
-    );
-    println!("created in {created:.1?}, all Running after {up:.1?} more");
-    println!(
-        "cgroup tree: {} cpu.stat files, {} cpu.max files",
-        count_files(&root, "cpu.stat"),
-        count_files(&root, "cpu.max")
-    );
+/// The floor: a thread doing only the syscalls of the agent's reads of one
+/// calm tick (`openat(O_NOFOLLOW|O_NONBLOCK)`, `fstat`, one `read`, `close`
+/// for kubepods' `cpu.stat` and `cpu.pressure` and each managed pod's
+/// `cpu.stat`), once a second, on its own CPU clock.
+struct Floor {
+    files: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(Duration, u64, u64)>,
+}
 
-    // Default flags: tick 1 s, audit 30 s, cooldown 60 s, reserve 100m.
-    let mut agent = AgentProcess::start(bench_agent(bin, cp, &sim, dir)).await?;
+impl Floor {
+    fn start(files: Vec<PathBuf>) -> Floor {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::sync::atomic::Ordering;
+        let files = std::sync::Arc::new(std::sync::Mutex::new(files));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (f, st) = (files.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let t0 = benefit::burn::thread_cpu_time();
+            let mut buf = [0u8; 4096];
+            let (mut reads, mut ticks) = (0u64, 0u64);
+            let mut next = Instant::now();
+            while !st.load(Ordering::Relaxed) {
+                let list = f.lock().unwrap().clone();
+                for p in &list {
+                    let Ok(mut file) = std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                        .open(p)
+                    else {
+                        continue;
+                    };
+                    if file.metadata().is_ok_and(|m| m.is_file()) {
+                        reads += u64::from(file.read(&mut buf).is_ok());
+                    }
+                }
+                ticks += 1;
+                next += Duration::from_secs(1);
+                while Instant::now() < next && !st.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+            (benefit::burn::thread_cpu_time() - t0, reads, ticks)
+        });
+        Floor {
+            files,
+            stop,
+            thread,
+        }
+    }
+
+    /// CPU time used, files read, ticks.
+    fn stop(self) -> (Duration, u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// The files the agent reads on a calm tick: kubepods' counters and the
+/// `cpu.stat` of each live managed pod (found in the tree by its uid).
+async fn floor_files(
+    root: &Path,
+    api: &Api<Pod>,
+    managed: &BTreeSet<String>,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let layout = headroom::cgroup::discover(root).context("sim tree layout")?;
+    let kp = root.join(&layout.kubepods);
+    let mut out = vec![kp.join("cpu.stat"), kp.join("cpu.pressure")];
+    let uids: BTreeSet<String> = api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| managed.contains(p.metadata.name.as_deref().unwrap_or("")))
+        .filter_map(|p| p.metadata.uid.clone())
+        .flat_map(|u| [u.replace('-', "_"), u])
+        .collect();
+    let mut stack = vec![kp];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            // `kubepods-burstable-pod<uid>.slice` (systemd), `pod<uid>`
+            // (cgroupfs); QoS directories are walked into, pods are not.
+            let name = e.file_name().to_string_lossy().into_owned();
+            match name
+                .rsplit_once("pod")
+                .map(|(_, r)| r.trim_end_matches(".slice"))
+            {
+                Some(uid) if uid.len() >= 32 => {
+                    if uids.contains(uid) {
+                        out.push(e.path().join("cpu.stat"));
+                    }
+                }
+                _ => stack.push(e.path()),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// kubepods' `cpu.pressure` `some total` (µs) in the sim tree.
+fn kubepods_some_us(root: &Path) -> Option<u64> {
+    let layout = headroom::cgroup::discover(root).ok()?;
+    let b = headroom::cgroup::read::read(&root.join(layout.kubepods).join("cpu.pressure")).ok()?;
+    Some(headroom::cgroup::parse::pressure(&b).ok()?.some.total_us)
+}
+
+/// CPU over consecutive slices of a window: (mean, min, max) millicores.
+struct Spread {
+    mean: f64,
+    min: f64,
+    max: f64,
+}
+
+impl std::fmt::Display for Spread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.2} m ({:.1}–{:.1})", self.mean, self.min, self.max)
+    }
+}
+
+fn spread_of(samples: &[ProcSample]) -> Spread {
+    let per: Vec<f64> = samples
+        .windows(2)
+        .map(|w| millicores(&w[0], &w[1]))
+        .collect();
+    let first = samples.first().copied();
+    let last = samples.last().copied();
+    Spread {
+        mean: first
+            .zip(last)
+            .map_or(f64::NAN, |(a, b)| millicores(&a, &b)),
+        min: per.iter().copied().fold(f64::INFINITY, f64::min),
+        max: per.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+/// One agent's figures on one node.
+struct Row {
+    pods: usize,
+    label: String,
+    steady: Spread,
+    churn: Spread,
+    floor_steady_m: f64,
+    floor_churn_m: f64,
+    floor_files: f64,
+    rss_steady_mib: f64,
+    rss_churn_mib: f64,
+    reads_per_tick: f64,
+    scan_ms: f64,
+}
+
+/// Footprint at each pod count (`FOOTPRINT_PODS`, default 110,250,500):
+/// each node's agent steady, then under churn, beside the floor; with
+/// `FOOTPRINT_BASELINE=<agent binary>` that agent first, on the same node,
+/// through the same windows. At 250 pods the new agent is also profiled
+/// (`strace -c`, `perf`) and watched with the simulator stopped.
+async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<()> {
+    let counts: Vec<usize> = std::env::var("FOOTPRINT_PODS")
+        .unwrap_or_else(|_| "110,250,500".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    let baseline = std::env::var_os("FOOTPRINT_BASELINE").map(PathBuf::from);
+    let mut rows = Vec::new();
+    for n in counts {
+        let counts = scaled_mix(n);
+        let mut node = mix_node_of(cp, dir, &format!("fp{n}"), &counts).await?;
+        println!(
+            "\n== footprint: {n} pods {counts:?}, node 16 CPUs, sim tick 1 s; created in {:.1?}, \
+             all Running after {:.1?} more; cgroup tree: {} cpu.stat files, {} cpu.max files",
+            node.created,
+            node.up,
+            count_files(&node.root, "cpu.stat"),
+            count_files(&node.root, "cpu.max")
+        );
+        let mut churn = Churn::new(
+            node.api.clone(),
+            &node.ns,
+            &node.node,
+            &node.specs,
+            0x5eed_0028,
+        );
+        if let Some(b) = &baseline {
+            let (row, mut agent) =
+                measure(cp, &mut node, &mut churn, b, "baseline", false, dir).await?;
+            agent.stop().await;
+            rows.push(row);
+        }
+        let profile = n == 250;
+        let (row, mut agent) =
+            measure(cp, &mut node, &mut churn, bin, "this", profile, dir).await?;
+        rows.push(row);
+        if profile {
+            sim_stopped(node, &mut agent).await?;
+        } else {
+            node.sim.stop().await;
+        }
+        agent.stop().await;
+    }
+    println!(
+        "\n== footprint summary (CPU: mean over the window (min–max of {}-s slices); floor: the \
+         same files' open+fstat+read+close once a second, its own thread CPU clock)",
+        SLICE.as_secs()
+    );
+    println!(
+        "{:>5} {:>9} {:>22} {:>22} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "pods",
+        "agent",
+        "steady",
+        "churn",
+        "floor",
+        "floor-c",
+        "×floor",
+        "×fl-c",
+        "files/t",
+        "rd-sc/t",
+        "RSS MiB",
+        "RSS-c",
+        "scan ms"
+    );
+    for r in &rows {
+        println!(
+            "{:>5} {:>9} {:>22} {:>22} {:>8.2} {:>8.2} {:>7.2} {:>7.2} {:>8.0} {:>8.0} {:>8.1} {:>8.1} {:>7.2}",
+            r.pods,
+            r.label,
+            r.steady.to_string(),
+            r.churn.to_string(),
+            r.floor_steady_m,
+            r.floor_churn_m,
+            r.steady.mean / r.floor_steady_m,
+            r.churn.mean / r.floor_churn_m,
+            r.floor_files,
+            r.reads_per_tick,
+            r.rss_steady_mib,
+            r.rss_churn_mib,
+            r.scan_ms
+        );
+    }
+    let this: Vec<&Row> = rows.iter().filter(|r| r.label == "this").collect();
+    if let (Some(a), Some(b)) = (this.first(), this.last())
+        && b.pods > a.pods
+    {
+        let per = |f: &dyn Fn(&Row) -> f64| (f(b) - f(a)) / (b.pods - a.pods) as f64 * 100.0;
+        println!(
+            "slope ({} → {} pods), per 100 pods: steady {:+.2} m, churn {:+.2} m, floor {:+.2} m, \
+             RSS {:+.2} MiB",
+            a.pods,
+            b.pods,
+            per(&|r| r.steady.mean),
+            per(&|r| r.churn.mean),
+            per(&|r| r.floor_steady_m),
+            per(&|r| r.rss_steady_mib)
+        );
+    }
+    Ok(())
+}
+
+/// Length of the slices a window's CPU range is taken over.
+const SLICE: Duration = Duration::from_secs(10);
+
+/// Samples `pid` every second for `window`; every `SLICE` a sample is kept
+/// for the range. `each` runs once a second (churn steps).
+async fn window_samples(pid: u32, window: Duration) -> anyhow::Result<(Vec<ProcSample>, u64)> {
+    let a = proc_sample(pid)?;
+    let mut out = vec![a];
+    let mut peak = a.rss_kib;
+    let mut next = a.at + SLICE;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let b = proc_sample(pid)?;
+        peak = peak.max(b.rss_kib);
+        if b.at >= next {
+            out.push(b);
+            next += SLICE;
+        }
+        if b.at - a.at >= window {
+            if out.last().is_some_and(|l| l.at != b.at) {
+                out.push(b);
+            }
+            return Ok((out, peak));
+        }
+    }
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "one bench sequence, read top to bottom"
+)]
+async fn measure(
+    cp: &ControlPlane,
+    node: &mut MixNode,
+    churn: &mut Churn,
+    bin: &Path,
+    label: &str,
+    profile: bool,
+    dir: &Path,
+) -> anyhow::Result<(Row, AgentProcess)> {
+    let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
+    let (sim, api) = (&node.sim, &node.api);
+    // Default flags: tick 1 s, audit 30 s, reserve 100m.
+    let agent = AgentProcess::start(bench_agent(bin, cp, sim, dir)).await?;
     let pid = agent.pid().context("agent pid")?;
     let started = Instant::now();
     let first = proc_sample(pid)?;
     println!(
-        "agent ready: RSS {:.1} MiB, threads {}",
+        "-- {label} agent ({}): ready, RSS {:.1} MiB, threads {}",
+        bin.display(),
         mib(first.rss_kib),
         first.threads
     );
@@ -339,14 +644,12 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     // Converged = no generation bump for `quiet` (bounded).
     let quiet = Duration::from_secs(20);
     let bound = Duration::from_secs(300);
-    let mut last = generation_sum(&api).await?;
+    let mut last = generation_sum(api).await?;
     let initial = last;
     let mut last_change = Instant::now();
-    let mut peak_conv = first.rss_kib;
     loop {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        peak_conv = peak_conv.max(proc_sample(pid)?.rss_kib);
-        let g = generation_sum(&api).await?;
+        let g = generation_sum(api).await?;
         if g != last {
             last = g;
             last_change = Instant::now();
@@ -361,112 +664,171 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     }
     let conv = proc_sample(pid)?;
     println!(
-        "converged: {} patches, last one {:.1?} after start (quiet {quiet:?}); \
-         CPU during convergence {:.1} m avg; RSS peak {:.1} MiB",
+        "converged: {} patches, last one {:.1?} after start; CPU during convergence {:.1} m",
         last - initial,
         last_change - started,
-        millicores(&first, &conv),
-        mib(peak_conv)
+        millicores(&first, &conv)
     );
 
+    // Steady, beside the floor.
+    let files = floor_files(&node.root, api, &churn.live_managed()).await?;
+    let nfiles = files.len();
     let m0 = parse_metrics(&agent.scrape().await?)?;
-    let a = proc_sample(pid)?;
-    let mut peak = a.rss_kib;
-    let mut b = a;
-    while b.at - a.at < window {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        b = proc_sample(pid)?;
-        peak = peak.max(b.rss_kib);
-    }
+    let floor = Floor::start(files);
+    let some0 = kubepods_some_us(&node.root);
+    let (steady, rss_steady) = window_samples(pid, window).await?;
+    let some1 = kubepods_some_us(&node.root);
+    let (floor_cpu, floor_reads, floor_ticks) = floor.stop();
     let m1 = parse_metrics(&agent.scrape().await?)?;
-    let g_end = generation_sum(&api).await?;
+    let (a, b) = (steady[0], *steady.last().context("samples")?);
     let secs = (b.at - a.at).as_secs_f64();
-    let ticks = secs; // default tick = 1 s
+    let floor_steady_m = floor_cpu.as_secs_f64() / secs * 1000.0;
+    let (user_m, kernel_m) = user_kernel_millicores(&a, &b);
+    let reads_per_tick = (b.syscr - a.syscr) as f64 / secs;
+    let (s0, c0) = histogram(&m0, "headroom_scan_duration_seconds");
+    let (s1, c1) = histogram(&m1, "headroom_scan_duration_seconds");
+    let scan_ms = (s1 - s0) / (c1 - c0) * 1000.0;
+    let g_end = generation_sum(api).await?;
     println!(
-        "steady window {secs:.1} s: CPU {:.2} millicores avg (target ≤ 5), \
-         RSS peak {:.1} MiB final {:.1} MiB (target ≤ 20), VmHWM (lifetime peak) {:.1} MiB, \
-         threads {}, patches in window {}",
-        millicores(&a, &b),
-        mib(peak),
-        mib(b.rss_kib),
+        "steady {secs:.0} s: CPU {} (user {user_m:.2}, kernel {kernel_m:.2}), RSS peak {:.1} MiB, \
+         VmHWM {:.1} MiB, threads {}, patches {}, {reads_per_tick:.0} read syscalls/tick, \
+         {:.0} KiB read/tick, scan mean {scan_ms:.2} ms; floor {floor_steady_m:.2} m \
+         ({nfiles} files, {floor_reads} reads in {floor_ticks} ticks)",
+        spread_of(&steady),
+        mib(rss_steady),
         mib(b.hwm_kib),
         b.threads,
-        g_end - last
+        g_end - last,
+        (b.rchar - a.rchar) as f64 / 1024.0 / secs
     );
-    let (user_m, kernel_m) = user_kernel_millicores(&a, &b);
-    println!("of which user {user_m:.2} m, kernel {kernel_m:.2} m (utime/stime, 10 ms ticks)");
-    println!(
-        "per tick: {:.0} read syscalls, {:.0} KiB read",
-        (b.syscr - a.syscr) as f64 / ticks,
-        (b.rchar - a.rchar) as f64 / 1024.0 / ticks
-    );
-    for h in [
-        "headroom_scan_duration_seconds",
-        "headroom_decision_duration_seconds",
-    ] {
-        let (s0, c0) = histogram(&m0, h);
-        let (s1, c1) = histogram(&m1, h);
-        if c1 > c0 {
-            println!(
-                "{h}: {:.0} observations, mean {:.2} ms",
-                c1 - c0,
-                (s1 - s0) / (c1 - c0) * 1000.0
-            );
-        }
-    }
     let managed = metric(&m1, "headroom_pods", &[("state", "managed")]).unwrap_or(f64::NAN);
-    println!("headroom_pods{{state=managed}} = {managed}");
-    for x in m1.samples.iter().filter(|x| x.metric == "headroom_pods") {
-        if let (Some("unmanaged"), Some(reason)) = (x.labels.get("state"), x.labels.get("reason"))
-            && let prometheus_parse::Value::Gauge(v) = x.value
-            && v > 0.0
-        {
-            println!("headroom_pods{{state=unmanaged,reason={reason}}} = {v}");
+    println!(
+        "headroom_pods{{state=managed}} = {managed}; kubepods stall (Δsome) {:.2} % of the \
+         window (the contention gate opens at {} %)",
+        some0
+            .zip(some1)
+            .map_or(f64::NAN, |(a, b)| (b - a) as f64 / secs / 1e4),
+        headroom::contention::GATE_PCT
+    );
+
+    if profile {
+        let out = tokio::process::Command::new("timeout")
+            .args([
+                "-s",
+                "INT",
+                "10",
+                "strace",
+                "-c",
+                "-f",
+                "-p",
+                &pid.to_string(),
+            ])
+            .output()
+            .await;
+        match out {
+            Ok(o) => println!(
+                "strace -c -f -p <agent> for 10 s (steady, sim writing every 1 s):\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => println!("strace not run: {e}"),
         }
-    }
-    // Why the agent still patches in a steady state, if it does.
-    let log = agent.log();
-    let resized: Vec<&str> = log.lines().filter(|l| l.contains("resized")).collect();
-    for l in &resized[resized.len().saturating_sub(4)..] {
-        println!("last patches: {l}");
+        perf_profile(pid, dir).await;
     }
 
-    // Where the time goes: syscall counts over 10 s (after the window, as
-    // strace slows the agent), then the CPU with the cgroup files static.
-    let out = tokio::process::Command::new("timeout")
-        .args([
-            "-s",
-            "INT",
-            "10",
-            "strace",
-            "-c",
-            "-f",
-            "-p",
-            &pid.to_string(),
-        ])
-        .output()
-        .await;
-    match out {
-        Ok(o) => println!(
-            "strace -c -f -p <agent> for 10 s (sim writing every 1 s):\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(e) => println!("strace not run: {e}"),
+    // Under churn (the soak's cadence), beside the floor (its list follows
+    // the live managed pods).
+    let floor = Floor::start(floor_files(&node.root, api, &churn.live_managed()).await?);
+    let g0 = generation_sum(api).await?;
+    let a = proc_sample(pid)?;
+    let mut samples = vec![a];
+    let mut peak = a.rss_kib;
+    let mut next = a.at + SLICE;
+    let mut steps = tokio::time::interval(SOAK_STEP);
+    steps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        steps.tick().await;
+        churn.step(sim, SOAK_REPLACE, SOAK_RELOAD).await?;
+        *floor.files.lock().unwrap() = floor_files(&node.root, api, &churn.live_managed()).await?;
+        let b = proc_sample(pid)?;
+        peak = peak.max(b.rss_kib);
+        if b.at >= next {
+            samples.push(b);
+            next += SLICE;
+        }
+        if b.at - a.at >= window {
+            if samples.last().is_some_and(|l| l.at != b.at) {
+                samples.push(b);
+            }
+            break;
+        }
     }
-    perf_profile(pid, dir).await;
-    sim.stop().await;
+    let (floor_cpu, _, _) = floor.stop();
+    // Back to the mix's own demands, so the next agent on this node starts
+    // from the same calm state (redrawn demands above the limits throttle
+    // pods, and throttled tasks stall kubepods: the contention gate opens).
+    for (name, kind) in churn.live() {
+        sim.set_demand(&node.ns, name, kind.demand_m());
+    }
+    let b = *samples.last().context("samples")?;
+    let csecs = (b.at - a.at).as_secs_f64();
+    let floor_churn_m = floor_cpu.as_secs_f64() / csecs * 1000.0;
+    let m2 = parse_metrics(&agent.scrape().await?)?;
+    println!(
+        "churn {csecs:.0} s (every {SOAK_STEP:?} {SOAK_REPLACE} pods replaced, {SOAK_RELOAD} \
+         demands redrawn): CPU {}, RSS peak {:.1} MiB, patches {}, {:.0} read syscalls/tick; \
+         floor {floor_churn_m:.2} m; scan errors {}",
+        spread_of(&samples),
+        mib(peak),
+        generation_sum(api).await? - g0,
+        (b.syscr - a.syscr) as f64 / csecs,
+        metric(&m2, "headroom_scan_errors_total", &[]).unwrap_or(0.0)
+    );
+
+    let row = Row {
+        pods: node.specs.len(),
+        label: label.to_string(),
+        steady: spread_of(&steady),
+        churn: spread_of(&samples),
+        floor_steady_m,
+        floor_churn_m,
+        floor_files: nfiles as f64,
+        rss_steady_mib: mib(rss_steady),
+        rss_churn_mib: mib(peak),
+        reads_per_tick,
+        scan_ms,
+    };
+    Ok((row, agent))
+}
+
+/// The simulator stopped: its counters freeze, so every pod reads 0 usage
+/// and the node all slack; and nothing applies a resize. What the agent
+/// does then, and what it costs.
+async fn sim_stopped(node: MixNode, agent: &mut AgentProcess) -> anyhow::Result<()> {
+    let api = &node.api;
+    let pid = agent.pid().context("agent pid")?;
+    node.sim.stop().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let g0 = generation_sum(api).await?;
+    let ma = parse_metrics(&agent.scrape().await?)?;
     let a = proc_sample(pid)?;
     tokio::time::sleep(Duration::from_secs(30)).await;
     let b = proc_sample(pid)?;
+    let mb = parse_metrics(&agent.scrape().await?)?;
+    let d = |name: &str, labels: &[(&str, &str)]| {
+        metric(&mb, name, labels).unwrap_or(0.0) - metric(&ma, name, labels).unwrap_or(0.0)
+    };
     println!(
-        "sim stopped (no cgroup file changes, same tree): CPU {:.2} millicores avg over {:.0?}, \
-         {:.0} read syscalls/tick",
+        "sim stopped (counters frozen, no resize applied): CPU {:.2} m over {:.0?}, \
+         {:.0} read syscalls/tick, patches {}, resizes applied {} / verified {} / \
+         unverified {}",
         millicores(&a, &b),
         b.at - a.at,
-        (b.syscr - a.syscr) as f64 / (b.at - a.at).as_secs_f64()
+        (b.syscr - a.syscr) as f64 / (b.at - a.at).as_secs_f64(),
+        generation_sum(api).await? - g0,
+        d("headroom_resizes_total", &[("result", "applied")]),
+        d("headroom_resizes_total", &[("result", "verified")]),
+        d("headroom_resizes_total", &[("result", "unverified")]),
     );
-    agent.stop().await;
     Ok(())
 }
 

@@ -8,13 +8,23 @@
 //! - `fstat` after the open: only a regular file is read at all;
 //! - the read stops past [`MAX_FILE`] bytes.
 //!
-//! The reused-buffer fast path stays: one `openat`, one `fstat`, reads until
-//! EOF, no `statx` size hint.
+//! One `read` per file: cgroupfs generates a file whole on the first read
+//! of offset 0, so a read that does not fill the buffer is the end (no
+//! second `read` to see EOF). A file that fills the buffer is read on into a
+//! bigger one, up to the cap.
+//!
+//! [`Handles`] keeps the hot files open and re-reads them with `pread` at
+//! offset 0 (kernfs regenerates a seq_file read from offset 0), so a file
+//! read every tick costs one syscall instead of four (`openat`, `fstat`,
+//! `read`, `close`). Only on a real cgroup2 mount: anywhere else a file may
+//! be replaced by rename (the simulated kubelet and fixtures do), and an
+//! open handle would keep reading the old one.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Read};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use nix::libc;
 
@@ -99,6 +109,16 @@ pub fn open(path: &Path) -> Result<File, ReadError> {
 /// Reads the regular file at `path` into `b` (at most [`MAX_FILE`] bytes).
 pub fn read_into(path: &Path, b: &mut Buf) -> Result<(), ReadError> {
     let mut f = open(path)?;
+    fill(b, |buf, _| f.read(buf))
+}
+
+/// Reads a whole file into `b` with `read_at(buf, offset)`: one call when
+/// the file fits the buffer (a short read is the end), more only for a file
+/// that fills it.
+fn fill(
+    b: &mut Buf,
+    mut read_at: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
+) -> Result<(), ReadError> {
     b.len = 0;
     if b.data.len() < 4096 {
         b.data.resize(4096, 0);
@@ -111,13 +131,136 @@ pub fn read_into(path: &Path, b: &mut Buf) -> Result<(), ReadError> {
             // One byte past the cap tells "exactly MAX_FILE" from "more".
             b.data.resize((b.len * 2).min(MAX_FILE + 1), 0);
         }
-        match f.read(&mut b.data[b.len..]) {
+        match read_at(&mut b.data[b.len..], b.len as u64) {
             Ok(0) => return Ok(()),
-            Ok(n) => b.len += n,
+            Ok(n) => {
+                b.len += n;
+                if b.len < b.data.len() {
+                    return Ok(());
+                }
+            }
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.into()),
         }
     }
+}
+
+/// Open handles of the files read every tick, re-read with `pread` at
+/// offset 0 (see the module doc). Keeps at most `cap` files open; a handle
+/// not used for [`Handles::IDLE_SWEEPS`] sweeps is closed, and one whose
+/// read fails is closed and the file read afresh once (a cgroup removed and
+/// made again under the same path reads as the new one).
+#[derive(Debug, Default)]
+pub struct Handles {
+    open: HashMap<PathBuf, (File, u32)>,
+    cap: usize,
+    /// Reads served by an open handle, and by open + read + close.
+    pub kept_reads: u64,
+    pub opened_reads: u64,
+}
+
+impl Handles {
+    /// Sweeps a handle may go unused before it is closed.
+    pub const IDLE_SWEEPS: u32 = 60;
+
+    /// No handle kept: every read opens and closes its file.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Keeps up to `cap` files open whatever the filesystem (benches and
+    /// tests of files nobody replaces).
+    pub fn keeping(cap: usize) -> Self {
+        Handles {
+            cap,
+            ..Self::default()
+        }
+    }
+
+    /// Keeps files open when `root` is a cgroup2 mount, up to half the
+    /// soft fd limit (at most 4096); else keeps none.
+    pub fn for_root(root: &Path) -> Self {
+        if is_cgroup2(root) {
+            Self::keeping(fd_budget())
+        } else {
+            Self::none()
+        }
+    }
+
+    /// Whether files are kept open at all.
+    pub fn keeps(&self) -> bool {
+        self.cap > 0
+    }
+
+    /// Files open now.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Reads `path` into `b`, through its open handle if it has one (else
+    /// opening it, and keeping it while there is room).
+    pub fn read_into(&mut self, path: &Path, b: &mut Buf) -> Result<(), ReadError> {
+        if self.cap == 0 {
+            self.opened_reads += 1;
+            return read_into(path, b);
+        }
+        if let Some((f, idle)) = self.open.get_mut(path) {
+            *idle = 0;
+            match fill(b, |buf, off| f.read_at(buf, off)) {
+                Ok(()) => {
+                    self.kept_reads += 1;
+                    return Ok(());
+                }
+                Err(_) => {
+                    self.open.remove(path);
+                }
+            }
+        }
+        self.opened_reads += 1;
+        let f = open(path)?;
+        fill(b, |buf, off| f.read_at(buf, off))?;
+        if self.open.len() < self.cap {
+            self.open.insert(path.to_path_buf(), (f, 0));
+        }
+        Ok(())
+    }
+
+    /// Closes the handles unused for [`Self::IDLE_SWEEPS`] sweeps (call once a tick).
+    pub fn sweep(&mut self) {
+        self.open.retain(|_, (_, idle)| {
+            *idle += 1;
+            *idle < Self::IDLE_SWEEPS
+        });
+    }
+
+    /// Closes every handle.
+    pub fn clear(&mut self) {
+        self.open.clear();
+    }
+}
+
+/// Whether `path` is on a cgroup2 filesystem.
+pub fn is_cgroup2(path: &Path) -> bool {
+    nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
+/// Half the soft `RLIMIT_NOFILE`, at most 4096 (the rest stays for sockets
+/// and one-off reads); 512 when it cannot be read.
+fn fd_budget() -> usize {
+    let soft = std::fs::read_to_string("/proc/self/limits")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
+        })
+        .and_then(|v| v.parse::<usize>().ok());
+    soft.map_or(512, |s| (s / 2).min(4096))
 }
 
 /// [`read_into`] with a buffer of its own, for one-off reads.
@@ -257,5 +400,139 @@ mod tests {
             is_file(&t.path().join("x")),
             Err(ReadError::PermissionDenied(_))
         ));
+    }
+
+    #[test]
+    fn files_around_the_buffer_size_are_read_whole_either_way() {
+        let t = tempfile::tempdir().unwrap();
+        let mut kept = Handles::keeping(16);
+        let mut b = Buf::default();
+        for n in [0, 1, 4095, 4096, 4097, 8192, 20_000] {
+            let p = t.path().join(format!("f{n}"));
+            let body: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+            std::fs::write(&p, &body).unwrap();
+            assert_eq!(read(&p).unwrap(), body, "{n} bytes, open + read");
+            for _ in 0..2 {
+                kept.read_into(&p, &mut b).unwrap();
+                assert_eq!(b.bytes(), &body[..], "{n} bytes, kept handle");
+            }
+        }
+        assert_eq!((kept.opened_reads, kept.kept_reads), (7, 7));
+    }
+
+    /// A kept handle re-reads from offset 0: a file rewritten in place
+    /// (shorter or longer) reads as its new content.
+    #[test]
+    fn a_kept_handle_rereads_the_whole_file() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("cpu.stat");
+        std::fs::write(&p, "usage_usec 100000\n").unwrap();
+        let mut h = Handles::keeping(4);
+        let mut b = Buf::default();
+        h.read_into(&p, &mut b).unwrap();
+        for body in ["usage_usec 7\n", "usage_usec 123456789\nnr_periods 1\n"] {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(&p)
+                .unwrap();
+            std::io::Write::write_all(&mut f, body.as_bytes()).unwrap();
+            h.read_into(&p, &mut b).unwrap();
+            assert_eq!(b.bytes(), body.as_bytes());
+        }
+        assert_eq!((h.len(), h.opened_reads, h.kept_reads), (1, 1, 2));
+    }
+
+    #[test]
+    fn handles_are_capped_and_idle_ones_closed() {
+        let t = tempfile::tempdir().unwrap();
+        let files: Vec<_> = (0..5)
+            .map(|i| {
+                let p = t.path().join(format!("f{i}"));
+                std::fs::write(&p, "1\n").unwrap();
+                p
+            })
+            .collect();
+        let mut h = Handles::keeping(3);
+        let mut b = Buf::default();
+        for p in &files {
+            h.read_into(p, &mut b).unwrap();
+        }
+        assert_eq!(h.len(), 3, "at most the cap");
+        for _ in 0..Handles::IDLE_SWEEPS {
+            h.read_into(&files[0], &mut b).unwrap();
+            h.sweep();
+        }
+        assert_eq!(h.len(), 1, "only the file read every sweep stays open");
+        assert!(!Handles::none().keeps());
+        assert!(!is_cgroup2(t.path()), "a temp dir is not cgroupfs");
+        assert!(!Handles::for_root(t.path()).keeps());
+    }
+
+    /// Symlinks, FIFOs and devices are refused through the kept-handle path
+    /// too (the first read opens like any other), and nothing is kept.
+    #[test]
+    fn kept_handles_keep_the_hardened_open() {
+        let t = tempfile::tempdir().unwrap();
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink("/dev/zero", &link).unwrap();
+        let fifo = t.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let mut h = Handles::keeping(8);
+        let mut b = Buf::default();
+        assert!(matches!(
+            h.read_into(&link, &mut b),
+            Err(ReadError::Symlink)
+        ));
+        assert!(matches!(
+            h.read_into(&fifo, &mut b),
+            Err(ReadError::NotRegular("a FIFO"))
+        ));
+        assert!(matches!(
+            h.read_into(Path::new("/dev/zero"), &mut b),
+            Err(ReadError::NotRegular(_))
+        ));
+        let big = t.path().join("big");
+        std::fs::write(&big, vec![b'1'; MAX_FILE + 1]).unwrap();
+        assert!(matches!(
+            h.read_into(&big, &mut b),
+            Err(ReadError::TooLarge)
+        ));
+        assert!(h.is_empty());
+    }
+
+    /// On a real cgroup2 mount (skipped where there is none to write): a
+    /// kept handle of a removed cgroup reads as not found (ENODEV), so the
+    /// scan calls it vanished, and the handle is closed.
+    #[test]
+    fn a_kept_handle_of_a_removed_cgroup_reads_as_not_found() {
+        let Some(base) = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .iter()
+            .map(Path::new)
+            .find(|p| is_cgroup2(p))
+        else {
+            eprintln!("no cgroup2 mount: skipped");
+            return;
+        };
+        let dir = base.join(format!("headroom-read-test-{}", std::process::id()));
+        if std::fs::create_dir(&dir).is_err() {
+            eprintln!("{} not writable: skipped", base.display());
+            return;
+        }
+        let mut h = Handles::for_root(&dir);
+        assert!(h.keeps());
+        let mut b = Buf::default();
+        let stat = dir.join("cpu.stat");
+        h.read_into(&stat, &mut b).unwrap();
+        assert!(b.bytes().starts_with(b"usage_usec "), "{:?}", b.bytes());
+        h.read_into(&stat, &mut b).unwrap();
+        assert_eq!((h.len(), h.kept_reads), (1, 1));
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(
+            matches!(h.read_into(&stat, &mut b), Err(ReadError::NotFound(_))),
+            "{:?}",
+            h.read_into(&stat, &mut b)
+        );
+        assert!(h.is_empty());
     }
 }

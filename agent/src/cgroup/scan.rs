@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use super::layout::{container_name, pod_uid, qos_dir};
 use super::parse::{self, ParseError};
-use super::read::{self, Buf, ReadError};
+use super::read::{self, Buf, Handles, ReadError};
 use super::types::{
     CgroupError, CgroupSample, ContainerCgroup, ContainerRole, CpuMax, Layout, NodeSnapshot,
     PodCgroup,
@@ -27,49 +27,7 @@ pub enum ScanError {
 /// Reads the whole tree under `root` as `layout` describes it. `at_us` is the
 /// caller's monotonic clock, stored in the snapshot for rate computations.
 pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, ScanError> {
-    let mut r = Reader::new(root, root.join(&layout.kubepods));
-    let kubepods = r.sample().map_err(ScanError::Kubepods)?;
-    let top = r.subdirs().map_err(ScanError::Kubepods)?;
-    let mut pods = Vec::with_capacity(top.len());
-    let mut unlisted_qos = Vec::new();
-    for name in &top {
-        if let Some(uid) = pod_uid(name, layout.driver) {
-            r.path.push(name);
-            pods.push(r.pod(uid, Qos::Guaranteed));
-            r.path.pop();
-        } else if let Some(qos) = qos_dir(name, layout.driver) {
-            r.path.push(name);
-            // A QoS cgroup that vanished holds no pods; one that cannot be
-            // listed holds pods we cannot see, which is not the same: it is
-            // recorded so nobody reads its pods as gone.
-            let children = match r.subdirs() {
-                Ok(c) => c,
-                Err(CgroupError::Vanished(_)) => Vec::new(),
-                Err(e) => {
-                    unlisted_qos.push(qos);
-                    r.issues.push(e);
-                    Vec::new()
-                }
-            };
-            for child in &children {
-                if let Some(uid) = pod_uid(child, layout.driver) {
-                    r.path.push(child);
-                    pods.push(r.pod(uid, qos));
-                    r.path.pop();
-                }
-            }
-            r.path.pop();
-        }
-    }
-    pods.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(NodeSnapshot {
-        at_us,
-        layout: layout.clone(),
-        kubepods,
-        pods,
-        unlisted_qos,
-        issues: r.issues,
-    })
+    Scanner::new(root, Handles::none()).scan(layout, at_us)
 }
 
 /// How much of one pod [`rescan`] reads.
@@ -77,77 +35,183 @@ pub fn scan(root: &Path, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, Sc
 pub enum Depth {
     /// Not read: left out of the snapshot.
     Skip,
-    /// `cpu.stat` only (usage and throttling); `cpu.max` and `cpu.weight`
-    /// are carried over from the index snapshot, so they are as old as that
-    /// scan. Pressure is not: it is `None`, so no stale counter is ever
-    /// compared with a fresh one.
+    /// The pod's `cpu.stat` only (usage and its own throttling): what the
+    /// policy needs of a managed pod. `cpu.max` and `cpu.weight` are carried
+    /// over from the index snapshot, so they are as old as that scan; the
+    /// containers are left out (empty) and pressure is `None`, so no stale
+    /// counter is ever compared with a fresh one.
     Stat,
-    /// `cpu.stat` and `cpu.pressure`: what attributing contention needs.
+    /// `cpu.stat` and `cpu.pressure`, and each limited container's
+    /// throttling: what attributing contention needs.
     StatPressure,
     /// Everything, as [`scan`] reads it (pod files and container `cpu.max`).
     Full,
 }
 
-/// A cheaper tick: kubepods in full, and only the pods of `index` (the last
-/// full [`scan`]) that `depth` asks for, without listing any directory.
-/// The agent reads `cpu.stat` of managed pods every tick and everything else
-/// on the audit interval; a pod missing from `index` needs a full scan.
-/// `depth` sees this tick's kubepods sample (read first), so what it asks of
-/// the pods may depend on it.
+/// A cheaper tick: kubepods' counters (`cpu.stat`, `cpu.pressure`; its
+/// `cpu.max` and `cpu.weight` are the index's), and only the pods of `index`
+/// (the last full [`scan`]) that `depth` asks for, without listing any
+/// directory. A pod missing from `index` needs a full scan. `depth` sees
+/// this tick's kubepods sample (read first), so what it asks of the pods
+/// may depend on it.
 pub fn rescan(
     root: &Path,
     index: &NodeSnapshot,
     at_us: u64,
-    depth: impl Fn(&PodCgroup, &CgroupSample) -> Depth,
+    depth: impl FnMut(&PodCgroup, &CgroupSample) -> Depth,
 ) -> Result<NodeSnapshot, ScanError> {
-    let mut r = Reader::new(root, root.join(&index.layout.kubepods));
-    let kubepods = r.sample().map_err(ScanError::Kubepods)?;
-    let mut pods = Vec::new();
-    for p in &index.pods {
-        let d = depth(p, &kubepods);
-        if d == Depth::Skip {
-            continue;
+    Scanner::new(root, Handles::none()).rescan(index, at_us, depth)
+}
+
+/// Reads the tree under one root tick after tick, keeping the read buffer
+/// and (on cgroupfs) the open handles of the files it reads every tick.
+pub struct Scanner {
+    root: PathBuf,
+    buf: Buf,
+    handles: Handles,
+}
+
+impl Scanner {
+    pub fn new(root: &Path, handles: Handles) -> Self {
+        Scanner {
+            root: root.to_path_buf(),
+            buf: Buf::default(),
+            handles,
         }
-        r.path = root.join(&p.path);
-        if d == Depth::Full {
-            pods.push(r.pod(p.uid.clone(), p.qos));
-            continue;
-        }
-        let stat = r.required("cpu.stat", parse::cpu_stat);
-        let pressure = match (d, &stat) {
-            (Depth::StatPressure, Ok(_)) => r.optional("cpu.pressure", parse::pressure),
-            _ => None,
-        };
-        let sample = match (stat, &p.sample) {
-            (Ok(cpu_stat), Ok(old)) => Ok(CgroupSample {
-                cpu_stat,
-                pressure,
-                ..old.clone()
-            }),
-            (Err(e), _) => Err(r.noted(e)),
-            (Ok(_), Err(e)) => Err(e.clone()),
-        };
-        // Container throttling too: it is part of the stall the pod's own
-        // quota explains (see `node_slack::Stall`).
-        let mut containers = p.containers.clone();
-        for c in &mut containers {
-            r.path = root.join(&c.path);
-            c.throttled_usec = r.container_throttled(&c.cpu_max);
-        }
-        pods.push(PodCgroup {
-            sample,
-            containers,
-            ..p.clone()
-        });
     }
-    Ok(NodeSnapshot {
-        at_us,
-        layout: index.layout.clone(),
-        kubepods,
-        pods,
-        unlisted_qos: index.unlisted_qos.clone(),
-        issues: r.issues,
-    })
+
+    /// The open handles (how many, how many reads each way).
+    pub fn handles(&self) -> &Handles {
+        &self.handles
+    }
+
+    fn reader(&mut self, path: PathBuf) -> Reader<'_> {
+        Reader {
+            path,
+            buf: &mut self.buf,
+            handles: &mut self.handles,
+            root: &self.root,
+            issues: Vec::new(),
+        }
+    }
+
+    /// See [`scan`].
+    pub fn scan(&mut self, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, ScanError> {
+        let kp = self.root.join(&layout.kubepods);
+        let mut r = self.reader(kp);
+        let kubepods = r.sample().map_err(ScanError::Kubepods)?;
+        let top = r.subdirs().map_err(ScanError::Kubepods)?;
+        let mut pods = Vec::with_capacity(top.len());
+        let mut unlisted_qos = Vec::new();
+        for name in &top {
+            if let Some(uid) = pod_uid(name, layout.driver) {
+                r.path.push(name);
+                pods.push(r.pod(uid, Qos::Guaranteed));
+                r.path.pop();
+            } else if let Some(qos) = qos_dir(name, layout.driver) {
+                r.path.push(name);
+                // A QoS cgroup that vanished holds no pods; one that cannot be
+                // listed holds pods we cannot see, which is not the same: it is
+                // recorded so nobody reads its pods as gone.
+                let children = match r.subdirs() {
+                    Ok(c) => c,
+                    Err(CgroupError::Vanished(_)) => Vec::new(),
+                    Err(e) => {
+                        unlisted_qos.push(qos);
+                        r.issues.push(e);
+                        Vec::new()
+                    }
+                };
+                for child in &children {
+                    if let Some(uid) = pod_uid(child, layout.driver) {
+                        r.path.push(child);
+                        pods.push(r.pod(uid, qos));
+                        r.path.pop();
+                    }
+                }
+                r.path.pop();
+            }
+        }
+        let issues = r.issues;
+        self.handles.sweep();
+        pods.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(NodeSnapshot {
+            at_us,
+            layout: layout.clone(),
+            kubepods,
+            pods,
+            unlisted_qos,
+            issues,
+        })
+    }
+
+    /// See [`rescan`].
+    pub fn rescan(
+        &mut self,
+        index: &NodeSnapshot,
+        at_us: u64,
+        mut depth: impl FnMut(&PodCgroup, &CgroupSample) -> Depth,
+    ) -> Result<NodeSnapshot, ScanError> {
+        let kp = self.root.join(&index.layout.kubepods);
+        let mut r = self.reader(kp);
+        let kubepods = r.counters(&index.kubepods).map_err(ScanError::Kubepods)?;
+        let mut pods = Vec::new();
+        for p in &index.pods {
+            let d = depth(p, &kubepods);
+            if d == Depth::Skip {
+                continue;
+            }
+            r.at(&p.path);
+            if d == Depth::Full {
+                pods.push(r.pod(p.uid.clone(), p.qos));
+                continue;
+            }
+            let stat = r.required("cpu.stat", parse::cpu_stat);
+            let pressure = match (d, &stat) {
+                (Depth::StatPressure, Ok(_)) => r.optional("cpu.pressure", parse::pressure),
+                _ => None,
+            };
+            let sample = match (stat, &p.sample) {
+                (Ok(cpu_stat), Ok(old)) => Ok(CgroupSample {
+                    cpu_stat,
+                    pressure,
+                    ..*old
+                }),
+                (Err(e), _) => Err(r.noted(e)),
+                (Ok(_), Err(e)) => Err(e.clone()),
+            };
+            // Container throttling too: it is part of the stall the pod's own
+            // quota explains (see `node_slack::Stall`).
+            let containers = if d == Depth::StatPressure {
+                let mut containers = p.containers.clone();
+                for c in &mut containers {
+                    r.at(&c.path);
+                    c.throttled_usec = r.container_throttled(&c.cpu_max);
+                }
+                containers
+            } else {
+                Vec::new()
+            };
+            pods.push(PodCgroup {
+                uid: p.uid.clone(),
+                qos: p.qos,
+                path: p.path.clone(),
+                sample,
+                containers,
+                containers_unlisted: None,
+            });
+        }
+        let issues = r.issues;
+        self.handles.sweep();
+        Ok(NodeSnapshot {
+            at_us,
+            layout: index.layout.clone(),
+            kubepods,
+            pods,
+            unlisted_qos: index.unlisted_qos.clone(),
+            issues,
+        })
+    }
 }
 
 /// Sets each container's role from the ids the pod's status lists: listed →
@@ -167,11 +231,12 @@ pub fn mark_roles(pod: &mut PodCgroup, app_container_ids: &[&str]) {
     }
 }
 
-struct Reader {
+struct Reader<'a> {
     /// Absolute path of the cgroup being read; files are pushed and popped.
     path: PathBuf,
-    buf: Buf,
-    root: PathBuf,
+    buf: &'a mut Buf,
+    handles: &'a mut Handles,
+    root: &'a Path,
     /// Errors met so far (see [`NodeSnapshot::issues`]).
     issues: Vec<CgroupError>,
 }
@@ -181,19 +246,18 @@ enum Read1 {
     NotFound,
 }
 
-impl Reader {
-    fn new(root: &Path, path: PathBuf) -> Self {
-        Reader {
-            path,
-            buf: Buf::default(),
-            root: root.to_path_buf(),
-            issues: Vec::new(),
-        }
+impl Reader<'_> {
+    /// Moves to the cgroup at `rel` (relative to the root), reusing the path's
+    /// buffer.
+    fn at(&mut self, rel: &Path) {
+        self.path.as_mut_os_string().clear();
+        self.path.push(self.root);
+        self.path.push(rel);
     }
 
     fn rel(&self) -> PathBuf {
         self.path
-            .strip_prefix(&self.root)
+            .strip_prefix(self.root)
             .map_or_else(|_| self.path.clone(), Path::to_path_buf)
     }
 
@@ -232,7 +296,7 @@ impl Reader {
     /// Reads `file` of the current cgroup into `self.buf`.
     fn read(&mut self, file: &str) -> Result<Read1, CgroupError> {
         self.path.push(file);
-        let out = match read::read_into(&self.path, &mut self.buf) {
+        let out = match self.handles.read_into(&self.path, self.buf) {
             Ok(()) => Ok(Read1::Ok),
             Err(ReadError::NotFound(_)) => Ok(Read1::NotFound),
             Err(e) => Err(self.error(e)),
@@ -308,6 +372,21 @@ impl Reader {
             }
             (Ok(_), Err(e)) => Err(self.noted(e)),
         }
+    }
+
+    /// kubepods on a light tick: its counters (`cpu.stat`, `cpu.pressure`)
+    /// afresh, `cpu.max` and `cpu.weight` as `index` read them (an operator
+    /// writing kubepods' `cpu.max` raises an inotify event, hence an audit).
+    fn counters(&mut self, index: &CgroupSample) -> Result<CgroupSample, CgroupError> {
+        let cpu_stat = self
+            .required("cpu.stat", parse::cpu_stat)
+            .map_err(|e| self.noted(e))?;
+        let pressure = self.optional("cpu.pressure", parse::pressure);
+        Ok(CgroupSample {
+            cpu_stat,
+            pressure,
+            ..*index
+        })
     }
 
     /// Names of the current cgroup's child directories. Interface files all
@@ -462,6 +541,32 @@ mod tests {
             "cpu.max carried over at Stat depth"
         );
         assert_eq!(s.pressure, None, "pressure not carried over at Stat depth");
+        assert!(
+            light.pods[0].containers.is_empty(),
+            "no container at Stat depth"
+        );
+        // kubepods: counters afresh, cpu.max as the index read it.
+        let kp = t.path().join("kubepods.slice");
+        fs::write(kp.join("cpu.max"), "400000 100000\n").unwrap();
+        fs::write(kp.join("cpu.stat"), "usage_usec 4242\n").unwrap();
+        let light = rescan(t.path(), &full, 5, only_g).unwrap();
+        assert_eq!(light.kubepods.cpu_stat.usage_usec, 4242);
+        assert_eq!(light.kubepods.cpu_max, full.kubepods.cpu_max);
+        let contended = rescan(t.path(), &full, 5, |p, _| {
+            if p.uid == g.uid {
+                Depth::StatPressure
+            } else {
+                Depth::Skip
+            }
+        })
+        .unwrap();
+        let c = &contended.pods[0].containers;
+        assert_eq!(c.len(), 2);
+        assert_eq!(
+            c.iter().map(|c| c.throttled_usec).collect::<Vec<_>>(),
+            vec![Some(5), None],
+            "the limited container's throttling only"
+        );
         let deep = rescan(t.path(), &full, 6, |_, _| Depth::Full).unwrap();
         assert_eq!(deep.pods.len(), full.pods.len());
         let s = deep
@@ -580,10 +685,8 @@ mod tests {
     #[test]
     fn vanished_pod_is_reported_as_vanished() {
         let (t, l) = tree();
-        let mut r = Reader::new(
-            t.path(),
-            t.path().join("kubepods.slice/kubepods-podgone.slice"),
-        );
+        let mut sc = Scanner::new(t.path(), Handles::none());
+        let mut r = sc.reader(t.path().join("kubepods.slice/kubepods-podgone.slice"));
         let p = r.pod("gone".into(), Qos::Guaranteed);
         assert_eq!(
             p.sample,

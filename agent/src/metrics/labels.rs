@@ -31,6 +31,11 @@ pub enum ResizeResult {
     verified,
     /// Not seen in `cpu.max` within the grace period.
     unverified,
+    /// Replaced by a newer patch of the same pod before it was verified
+    /// (the newer one is followed instead).
+    superseded,
+    /// The pod was deleted (or left the node) before it was verified.
+    pod_gone,
     /// Computed but not sent (`--dry-run`).
     dry_run,
 }

@@ -45,7 +45,12 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 Effect::Track {
                     generation,
                     direction,
-                } => self.resizes.patched(&view.uid, generation, direction, now),
+                } => {
+                    if let Some(d) = self.resizes.patched(&view.uid, generation, direction, now) {
+                        self.metrics
+                            .resize(metrics::ResizeResult::superseded, metrics_dir(d));
+                    }
+                }
                 Effect::PodLevelUnsupported => self.pod_level.supported = Some(false),
             }
         }

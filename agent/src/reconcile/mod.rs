@@ -233,7 +233,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
 
     fn forget(&mut self, uid: &str) {
         self.memory.forget(uid);
-        self.resizes.forget(uid);
+        if let Some(d) = self.resizes.forget(uid) {
+            let d = match d {
+                crate::policy::Direction::Raise => crate::metrics::Direction::raise,
+                crate::policy::Direction::Lower => crate::metrics::Direction::lower,
+            };
+            self.metrics
+                .resize(crate::metrics::ResizeResult::pod_gone, d);
+        }
         self.events.forget(uid);
     }
 

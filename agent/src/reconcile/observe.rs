@@ -3,11 +3,12 @@
 //! otherwise a light rescan), and the node's slack between two snapshots.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::Agent;
-use crate::cgroup::{self, Depth, NodeSnapshot, PodCgroup, ScanError};
+use crate::cgroup::read::Handles;
+use crate::cgroup::{self, Depth, NodeSnapshot, PodCgroup, ScanError, Scanner};
 use crate::contention::{self, Contention, Gate, HeldDemand};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
@@ -72,6 +73,9 @@ pub(super) struct ScanState {
     pub audit_requested: bool,
     /// Pods that could not be read as a PodView: uid → resourceVersion logged.
     pub unreadable: HashMap<String, String>,
+    /// Reads the tree (its buffer and open handles kept across ticks);
+    /// shared with the scan task on the blocking pool.
+    scanner: Option<Arc<Mutex<Scanner>>>,
 }
 
 impl ScanState {
@@ -89,6 +93,7 @@ impl ScanState {
             last_audit: None,
             audit_requested: true,
             unreadable: HashMap::new(),
+            scanner: None,
         }
     }
 
@@ -114,6 +119,20 @@ impl ScanState {
     }
 }
 
+/// What a light tick reads of one pod ([`Agent::read_plan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// Everything (a resize in flight).
+    Full,
+    /// Its `cpu.stat` every tick (a managed pod); everything contention
+    /// needs while kubepods stalls.
+    Usage,
+    /// Everything contention needs while kubepods stalls; else nothing.
+    WhenStalled,
+    /// Nothing (BestEffort).
+    Nothing,
+}
+
 /// One tick's observations.
 pub(super) struct Observation {
     pub views: Vec<PodView>,
@@ -136,7 +155,15 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let full = self
             .scan
             .wants_full(&views, now, self.settings.audit_interval);
-        let mut snap = match self.read_tree(full, now.as_micros() as u64).await {
+        let opted = self.caches.opted_in_namespaces();
+        let managed = contention::managed(
+            &views,
+            &self.settings.node_name,
+            &opted,
+            self.pod_level.supported,
+            crate::policy::writers::wall_clock_s(),
+        );
+        let mut snap = match self.read_tree(full, now.as_micros() as u64, &managed).await {
             Ok(s) => s,
             Err(e) => {
                 self.scan.last_tick_ok = false;
@@ -147,11 +174,15 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         };
         self.scan.last_tick_ok = true;
         self.report_issues(&snap);
-        if full {
+        // The last full scan before this tick: the usage of a pod the
+        // previous tick did not read is measured since then.
+        let older = if full {
             self.scan.last_full = Some(now);
             self.scan.index_uids = snap.pods.iter().map(|p| p.uid.clone()).collect();
-            self.scan.index = Some(Arc::new(snap.clone()));
-        }
+            self.scan.index.replace(Arc::new(snap.clone()))
+        } else {
+            self.scan.index.clone()
+        };
         mark_roles(&mut snap.pods, &views);
         self.metrics
             .scan_duration
@@ -164,7 +195,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             node_allocatable_m: self.allocatable_m(),
             online_cpus: self.online_cpus,
         };
-        let slack = node_slack::measure(&prev, &snap, cap);
+        let slack = node_slack::measure_with(&prev, &snap, cap, older.as_deref());
+        drop(older);
         if slack.usage_basis != UsageBasis::Kubepods {
             // kubepods' counter went backwards (or time did not advance): the
             // interval's usage is unknown, and reading it as 0 would hand out
@@ -175,7 +207,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             self.scan.earlier = Contention::default();
             return None;
         }
-        let contention = self.attribute(&prev, &snap, &slack, &views);
+        let contention = self.attribute(&prev, &snap, &slack, &views, &managed);
+        drop(managed);
         self.scan.earlier = contention.clone();
         drop(prev);
         let held_demand_m = self.scan.held.update(
@@ -197,7 +230,12 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// filesystem) must not stall the runtime thread that also serves
     /// `/healthz`. A scan past its deadline fails the tick and is left to
     /// finish alone; none is started beside it.
-    async fn read_tree(&mut self, full: bool, at_us: u64) -> Result<NodeSnapshot, TickError> {
+    async fn read_tree(
+        &mut self,
+        full: bool,
+        at_us: u64,
+        managed: &HashSet<&str>,
+    ) -> Result<NodeSnapshot, TickError> {
         let deadline = self.settings.tick.max(MIN_SCAN_DEADLINE);
         if let Some(h) = &self.scan.stuck {
             if !h.is_finished() {
@@ -205,32 +243,38 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             }
             self.scan.stuck = None; // its snapshot is stale: read afresh
         }
-        let root = self.settings.cgroup_root.clone();
+        let root = &self.settings.cgroup_root;
+        let scanner = self
+            .scan
+            .scanner
+            .get_or_insert_with(|| {
+                Arc::new(Mutex::new(Scanner::new(root, Handles::for_root(root))))
+            })
+            .clone();
         let layout = self.layout.clone();
         let index = if full { None } else { self.scan.index.clone() };
-        let inflight: HashSet<String> = self.resizes.uids().cloned().collect();
+        let plan = index
+            .as_deref()
+            .map(|index| self.read_plan(index, managed))
+            .unwrap_or_default();
         let gate = Gate::after(self.scan.prev.as_ref());
-        let mut task = tokio::task::spawn_blocking(move || match index {
-            // Every Burstable pod's usage is read each tick, not only the
-            // managed ones': a pod that turns managed (or leaves a resize)
-            // with no usage yet would count its burst as other pods' usage
-            // for a tick and make the slack jump. Guaranteed pods too: their
-            // throttling is part of the stall that is not contention
-            // (`node_slack::Stall`). BestEffort pods have no quota to throttle
-            // and no request to be owed. Their pressure only while kubepods
-            // stalls (`contention::Gate`): a calm node reads none.
-            Some(index) => cgroup::rescan(&root, &index, at_us, |p, kubepods| {
-                if inflight.contains(&p.uid) {
-                    Depth::Full
-                } else if p.qos == Qos::BestEffort {
-                    Depth::Skip
-                } else if gate.open(kubepods, at_us) {
-                    Depth::StatPressure
-                } else {
-                    Depth::Stat
+        let mut task = tokio::task::spawn_blocking(move || {
+            let mut scanner = scanner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match index {
+                Some(index) => {
+                    let mut plan = plan.into_iter();
+                    scanner.rescan(&index, at_us, |_, kubepods| match plan.next() {
+                        Some(Want::Full) => Depth::Full,
+                        Some(Want::Nothing) | None => Depth::Skip,
+                        Some(_) if gate.open(kubepods, at_us) => Depth::StatPressure,
+                        Some(Want::Usage) => Depth::Stat,
+                        Some(Want::WhenStalled) => Depth::Skip,
+                    })
                 }
-            }),
-            None => cgroup::scan(&root, &layout, at_us),
+                None => scanner.scan(&layout, at_us),
+            }
         });
         match tokio::time::timeout(deadline, &mut task).await {
             Ok(joined) => joined?.map_err(TickError::from),
@@ -241,6 +285,34 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
     }
 
+    /// What a light tick reads of each pod of `index`, in its order.
+    ///
+    /// The policy needs the usage (and own throttling) of the pods it
+    /// manages, every tick; a pod in a resize is read in full, so its
+    /// `cpu.max` shows when the kubelet applied it. Every other pod's
+    /// counters, its pressure and the limited containers' throttling only
+    /// matter to who-waits-for-whom (`contention`), which has nothing to
+    /// attribute while kubepods does not stall ([`Gate`]): those are read
+    /// only then (and on every full scan). BestEffort pods have no quota to
+    /// throttle and no request to be owed: never.
+    fn read_plan(&self, index: &NodeSnapshot, managed: &HashSet<&str>) -> Vec<Want> {
+        index
+            .pods
+            .iter()
+            .map(|p| {
+                if self.resizes.direction(&p.uid).is_some() {
+                    Want::Full
+                } else if p.qos == Qos::BestEffort {
+                    Want::Nothing
+                } else if managed.contains(p.uid.as_str()) {
+                    Want::Usage
+                } else {
+                    Want::WhenStalled
+                }
+            })
+            .collect()
+    }
+
     /// Who waited for CPU between `prev` and `cur` (see [`contention`]).
     fn attribute(
         &self,
@@ -248,25 +320,18 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         cur: &NodeSnapshot,
         slack: &NodeSlack,
         views: &[PodView],
+        managed: &HashSet<&str>,
     ) -> Contention {
         let t = contention::Thresholds {
             min_pct_of_request: self.settings.policy.pressure_start_pct,
             cpus: self.online_cpus,
         };
-        let opted = self.caches.opted_in_namespaces();
-        let managed = contention::managed(
-            views,
-            &self.settings.node_name,
-            &opted,
-            self.pod_level.supported,
-            crate::policy::writers::wall_clock_s(),
-        );
         contention::attribute(
             prev,
             cur,
             slack,
             &contention::requests(views),
-            &managed,
+            managed,
             &self.scan.earlier,
             t,
         )

@@ -637,3 +637,43 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
         "no second Event"
     );
 }
+
+/// What a light tick reads: on a calm node the managed pod's `cpu.stat`
+/// only (no container, no pressure, no neighbour); once kubepods stalls,
+/// every pod's counters and pressure and the limited containers' throttling.
+#[tokio::test]
+async fn a_calm_tick_reads_the_managed_pods_only_and_a_stall_reads_everyone() {
+    let (mut h, nbr_dir) = Harness::raised_with_a_neighbour().await;
+    let (mut kp, mut web, mut nbr) = (
+        Counters::default(),
+        Counters::default(),
+        Counters::default(),
+    );
+    let read = |h: &Harness| {
+        let prev = h.agent.scan.prev.as_ref().expect("a snapshot");
+        prev.pods
+            .iter()
+            .map(|p| {
+                let s = p.sample.as_ref().unwrap();
+                (p.uid.clone(), s.pressure.is_some(), p.containers.len())
+            })
+            .collect::<Vec<_>>()
+    };
+    h.busy_m = 400;
+    for _ in 0..2 {
+        kp.second(&h.kubepods, 0, 0, 0);
+        web.second(&h.pod_dir, 400, 0, 0);
+        nbr.second(&nbr_dir, 0, 0, 0);
+        h.tick().await.expect("a round");
+        assert_eq!(read(&h), vec![(UID.to_string(), false, 0)], "calm");
+    }
+    kp.second(&h.kubepods, 0, 500, 0);
+    web.second(&h.pod_dir, 400, 0, 0);
+    nbr.second(&nbr_dir, 0, 0, 0);
+    h.tick().await.expect("a round");
+    let mut got = read(&h);
+    got.sort();
+    let mut want = vec![(UID.to_string(), true, 2), (NBR_UID.to_string(), true, 1)];
+    want.sort();
+    assert_eq!(got, want, "kubepods stalled 50 %");
+}

@@ -274,18 +274,27 @@ impl ResizeTracker {
 
     /// A resize patch (raising or lowering the limit: `direction`) was
     /// accepted; its response carried `generation`. A newer patch of the
-    /// same pod replaces an older one in flight.
-    pub fn patched(&mut self, uid: &str, generation: i64, direction: Direction, sent_at: Duration) {
-        self.inflight.insert(
-            uid.to_string(),
-            Inflight {
-                generation,
-                direction,
-                sent_at,
-                done_at: None,
-                first_match: None,
-            },
-        );
+    /// same pod replaces an older one in flight: its direction is returned
+    /// (it ends superseded).
+    pub fn patched(
+        &mut self,
+        uid: &str,
+        generation: i64,
+        direction: Direction,
+        sent_at: Duration,
+    ) -> Option<Direction> {
+        self.inflight
+            .insert(
+                uid.to_string(),
+                Inflight {
+                    generation,
+                    direction,
+                    sent_at,
+                    done_at: None,
+                    first_match: None,
+                },
+            )
+            .map(|r| r.direction)
     }
 
     /// Feed the pod's resize status (from each watch event). Returns true
@@ -343,9 +352,10 @@ impl ResizeTracker {
         self.inflight.keys()
     }
 
-    /// The pod is gone: nothing to verify.
-    pub fn forget(&mut self, uid: &str) {
-        self.inflight.remove(uid);
+    /// The pod is gone: nothing to verify. The direction of the resize that
+    /// was in flight, if one was (it ends with the pod).
+    pub fn forget(&mut self, uid: &str) -> Option<Direction> {
+        self.inflight.remove(uid).map(|r| r.direction)
     }
 
     pub fn in_flight(&self) -> usize {
@@ -604,12 +614,21 @@ mod tests {
     #[test]
     fn direction_is_kept_while_in_flight() {
         let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, Direction::Lower, s(0));
+        assert_eq!(r.patched("u", 3, Direction::Lower, s(0)), None);
         assert_eq!(r.direction("u"), Some(Direction::Lower));
         assert_eq!(r.uids().collect::<Vec<_>>(), ["u"]);
-        r.patched("u", 4, Direction::Raise, s(1));
+        assert_eq!(
+            r.patched("u", 4, Direction::Raise, s(1)),
+            Some(Direction::Lower),
+            "the replaced resize ends superseded"
+        );
         assert_eq!(r.direction("u"), Some(Direction::Raise));
-        r.forget("u");
+        assert_eq!(
+            r.forget("u"),
+            Some(Direction::Raise),
+            "it ends with the pod"
+        );
+        assert_eq!(r.forget("u"), None);
         assert_eq!(r.direction("u"), None);
         assert_eq!(r.uids().count(), 0);
     }
