@@ -1,4 +1,5 @@
-//! Footprint (issue 5) and reaction latency (issue 4) of the RELEASE agent
+//! Footprint (issue 5) and reaction latency (issue 4) of the SHIPPED agent
+//! (the image's static musl binary, `scripts/static-build.sh`)
 //! against a real kube-apiserver and a simulated kubelet. A benchmark that
 //! prints figures; it asserts nothing about time.
 //!
@@ -30,7 +31,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use testkit::agent::{
     AgentOptions, AgentProcess, fast_args_with, inotify_watches, metric, open_fds, parse_metrics,
-    pod_series, release_agent_binary, series_count,
+    pod_series, series_count, shipped_agent_binary,
 };
 use testkit::control_plane::{ControlPlane, ControlPlaneOptions};
 use testkit::kubelet_sim::{SimConfig, SimKubelet};
@@ -59,7 +60,8 @@ fn part_enabled(part: &str) -> bool {
 }
 
 fn main() -> anyhow::Result<()> {
-    let bin = release_agent_binary()?;
+    // What users run: the image's static (musl) binary.
+    let bin = shipped_agent_binary()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -56,6 +56,28 @@ pub fn release_agent_binary() -> anyhow::Result<PathBuf> {
     build_agent(Profile::Release)
 }
 
+/// The binary the image ships: `scripts/static-build.sh` (the Dockerfile's
+/// own build: static, musl, for this machine), built when missing or stale.
+/// Footprint is measured on it, not on the glibc build: the allocator and
+/// the linked text differ, and users run this one.
+pub fn shipped_agent_binary() -> anyhow::Result<PathBuf> {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ws.join("target"));
+    let bin = target.join("x86_64-unknown-linux-musl/release/headroom-agent");
+    let mut cmd = Command::new("bash");
+    let status = clean_cargo_env(&mut cmd)
+        .arg(ws.join("scripts/static-build.sh"))
+        .current_dir(&ws)
+        .status()
+        .context("running scripts/static-build.sh")?;
+    if !status.success() || !bin.exists() {
+        bail!("scripts/static-build.sh failed ({status})");
+    }
+    Ok(bin)
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Profile {
     Debug,

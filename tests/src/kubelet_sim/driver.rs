@@ -147,27 +147,40 @@ async fn send_status(shared: &Shared, client: &Client, patches: Vec<StatusPatch>
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    for StatusPatch {
+    // Several at once: a burst of resizes reporting in one tick (the agent
+    // raising 50 pods) sent one by one kept the watch waiting for seconds at
+    // 250 pods on a loaded host, so resizes outlived the agent's grace.
+    futures::stream::iter(patches)
+        .for_each_concurrent(STATUS_PATCHES_IN_FLIGHT, |p| {
+            send_one(shared, client, &pp, p)
+        })
+        .await;
+}
+
+/// Status patches in flight at once (a real kubelet's client defaults to
+/// 50 QPS, burst 100).
+const STATUS_PATCHES_IN_FLIGHT: usize = 16;
+
+async fn send_one(shared: &Shared, client: &Client, pp: &PatchParams, patch: StatusPatch) {
+    let StatusPatch {
         key,
         uid,
         version,
         body,
-    } in patches
-    {
-        let api: Api<Pod> = Api::namespaced(client.clone(), &key.ns);
-        match api.patch_status(&key.name, &pp, &Patch::Merge(&body)).await {
-            Ok(_) => {
-                let mut st = shared.lock();
-                if let Some(e) = st.pods.get_mut(&key)
-                    && e.uid == uid
-                {
-                    e.synced_version = e.synced_version.max(version);
-                }
+    } = patch;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &key.ns);
+    match api.patch_status(&key.name, pp, &Patch::Merge(&body)).await {
+        Ok(_) => {
+            let mut st = shared.lock();
+            if let Some(e) = st.pods.get_mut(&key)
+                && e.uid == uid
+            {
+                e.synced_version = e.synced_version.max(version);
             }
-            // Retried on the next tick; a vanished pod is dropped by its watch event.
-            Err(e) => {
-                tracing::warn!(error = %e, pod = %key, "sim kubelet: status patch")
-            }
+        }
+        // Retried on the next tick; a vanished pod is dropped by its watch event.
+        Err(e) => {
+            tracing::warn!(error = %e, pod = %key, "sim kubelet: status patch")
         }
     }
 }
