@@ -13,7 +13,8 @@
 //! series outlive their pods (an error if they do), and the series count
 //! once all pods but a few are deleted.
 //!
-//! Environment (all optional): `FOOTPRINT_PARTS` = `footprint,latency` (which
+//! Environment (all optional): `FOOTPRINT_AGENT` = the agent binary to
+//! measure (default: the shipped one, built), `FOOTPRINT_PARTS` = `footprint,latency` (which
 //! parts to run; also `soak`), `FOOTPRINT_WINDOW_S` = sampling window (60),
 //! `LATENCY_REPS` = repetitions per tick setting (5), `SOAK_MINUTES` = churn
 //! duration of the soak (15).
@@ -60,8 +61,12 @@ fn part_enabled(part: &str) -> bool {
 }
 
 fn main() -> anyhow::Result<()> {
-    // What users run: the image's static (musl) binary.
-    let bin = shipped_agent_binary()?;
+    // What users run: the image's static (musl) binary, unless
+    // `FOOTPRINT_AGENT=<agent binary>` names another (an A/B of builds).
+    let bin = match std::env::var_os("FOOTPRINT_AGENT") {
+        Some(p) => PathBuf::from(p),
+        None => shipped_agent_binary()?,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
