@@ -61,6 +61,15 @@ fn part_enabled(part: &str) -> bool {
 }
 
 fn main() -> anyhow::Result<()> {
+    // The simulated kubelet's warnings (`RUST_LOG` to change): a bench whose
+    // node stalls must say so beside its figures.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
     // What users run: the image's static (musl) binary, unless
     // `FOOTPRINT_AGENT=<agent binary>` names another (an A/B of builds).
     let bin = match std::env::var_os("FOOTPRINT_AGENT") {
@@ -73,7 +82,16 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-        let dir = tempfile::tempdir()?;
+        // The simulated cgroup trees live in memory, as cgroupfs does: on
+        // the disk, ~1,700 counter files rewritten a second at 250 pods
+        // queued behind other writers' journal and stalled the simulated
+        // kubelet for tens of seconds (resizes past the agent's grace).
+        let shm = Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm)?
+        } else {
+            tempfile::tempdir()?
+        };
         println!("# {CMD}");
         println!("agent binary: {}", bin.display());
         if part_enabled("footprint") {

@@ -157,6 +157,14 @@ async fn send_status(shared: &Shared, client: &Client, patches: Vec<StatusPatch>
         .await;
 }
 
+/// How long one request of the loop may take. The loop sends them between
+/// watch events and ticks, so one that hangs stops the whole node: in a
+/// 250-pod soak one did for about 4 minutes (the client's own read timeout
+/// is 295 s), and no resize or deletion went through meanwhile. A timed-out
+/// patch is sent again on the next tick, a deletion on its next event.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+const TIMED_OUT: &str = "sim kubelet: request timed out";
+
 /// Status patches in flight at once (a real kubelet's client defaults to
 /// 50 QPS, burst 100).
 const STATUS_PATCHES_IN_FLIGHT: usize = 16;
@@ -169,7 +177,12 @@ async fn send_one(shared: &Shared, client: &Client, pp: &PatchParams, patch: Sta
         body,
     } = patch;
     let api: Api<Pod> = Api::namespaced(client.clone(), &key.ns);
-    match api.patch_status(&key.name, pp, &Patch::Merge(&body)).await {
+    let body = Patch::Merge(&body);
+    let sent = tokio::time::timeout(REQUEST_TIMEOUT, api.patch_status(&key.name, pp, &body));
+    match sent
+        .await
+        .unwrap_or(Err(kube::Error::Service(TIMED_OUT.into())))
+    {
         Ok(_) => {
             let mut st = shared.lock();
             if let Some(e) = st.pods.get_mut(&key)
@@ -196,7 +209,11 @@ async fn confirm_deletes(client: &Client, deletes: Vec<Deletion>) {
             }),
             ..Default::default()
         };
-        match api.delete(&key.name, &dp).await {
+        let sent = tokio::time::timeout(REQUEST_TIMEOUT, api.delete(&key.name, &dp));
+        match sent
+            .await
+            .unwrap_or(Err(kube::Error::Service(TIMED_OUT.into())))
+        {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
             Err(e) => {
