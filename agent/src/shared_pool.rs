@@ -8,10 +8,14 @@
 //! never shows on kubepods or the QoS cgroups (their cpusets stay the whole
 //! node), only on the containers (docs/kubelet-behaviour.md §10).
 //!
-//! So the pool is read from the tree: the union of `cpuset.cpus.effective`
-//! of a few Burstable and BestEffort app containers (every one carries the
-//! same pool; a few guard against one read mid-update). Under the default
-//! `none` policy that is the root's set and changes nothing. Capacity, and
+//! So the pool is read from the tree: the intersection of
+//! `cpuset.cpus.effective` of a few Burstable and BestEffort app containers
+//! (every one carries the same pool). The intersection, not the union: a
+//! pause container, which the kubelet never confines, keeps the whole node,
+//! and `slack` without `--pods` cannot tell it from an app container (seen
+//! on a real static node: the union read `0-2` for a pool of `0`); and a
+//! container read mid-update may still hold a wider set. Under the default
+//! `none` policy every set is the root's and nothing changes. Capacity, and
 //! with it slack and the default ceiling, is then at most the pool
 //! ([`crate::node_slack::CapacitySource::SharedPool`]): a managed pod is never
 //! promised CPU its cpuset does not hold.
@@ -32,9 +36,9 @@ const MAX_CPU: u32 = 8191;
 /// The shared pool as read from one scan.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct SharedPool {
-    /// CPUs in the union of the cpusets read.
+    /// CPUs in the intersection of the cpusets read.
     pub cpus: u64,
-    /// That union as a kernel CPU list (`0-1,4`).
+    /// That intersection as a kernel CPU list (`0-1,4`).
     pub list: String,
     /// Containers whose cpuset was read.
     pub read: usize,
@@ -169,13 +173,14 @@ pub fn read(root: &Path, snap: &NodeSnapshot) -> Option<SharedPool> {
 }
 
 /// [`read_paths`] over any source of file contents (`read_file` gets a
-/// container path relative to the root), for tests.
+/// container path relative to the root), for tests. Sets that share no CPU
+/// (never seen: every container holds the pool) give no pool either.
 pub fn from_files<I, F>(containers: I, mut read_file: F) -> Option<SharedPool>
 where
     I: IntoIterator<Item = PathBuf>,
     F: FnMut(&Path) -> Result<Vec<u8>, (SkipKind, String)>,
 {
-    let mut union = BTreeSet::new();
+    let mut common: Option<BTreeSet<u32>> = None;
     let mut read = 0;
     let mut skipped = Vec::new();
     for rel in containers {
@@ -189,7 +194,10 @@ where
         });
         match parsed {
             Ok(set) => {
-                union.extend(set);
+                common = Some(match common {
+                    None => set,
+                    Some(c) => c.intersection(&set).copied().collect(),
+                });
                 read += 1;
             }
             Err((kind, why)) => skipped.push(Skip {
@@ -199,9 +207,10 @@ where
             }),
         }
     }
-    (read > 0).then(|| SharedPool {
-        cpus: union.len() as u64,
-        list: format_cpu_list(&union),
+    let common = common.filter(|c| !c.is_empty())?;
+    Some(SharedPool {
+        cpus: common.len() as u64,
+        list: format_cpu_list(&common),
         read,
         skipped,
     })
@@ -267,7 +276,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_is_the_union_of_the_containers_cpusets_and_bad_ones_are_skipped() {
+    fn the_pool_is_the_intersection_of_the_containers_cpusets_and_bad_ones_are_skipped() {
         let paths = ["a", "b", "c", "d"].map(PathBuf::from);
         let pool = from_files(
             paths,
@@ -287,6 +296,19 @@ mod tests {
         assert!(pool.skipped[0].why.contains("not a CPU number"), "{pool:?}");
         assert_eq!(pool.skipped[1].kind, SkipKind::PermissionDenied);
         assert_eq!(pool.skipped[1].path, PathBuf::from("c"));
+    }
+
+    #[test]
+    fn a_pause_container_with_the_whole_node_does_not_widen_the_pool() {
+        let paths = ["pause", "app"].map(PathBuf::from);
+        let pool = from_files(paths, files(&[("pause", Ok("0-2\n")), ("app", Ok("0\n"))])).unwrap();
+        assert_eq!((pool.cpus, pool.list.as_str(), pool.read), (1, "0", 2));
+        // Sets with nothing in common: no pool (capacity not narrowed to 0).
+        let paths = ["a", "b"].map(PathBuf::from);
+        assert_eq!(
+            from_files(paths, files(&[("a", Ok("0\n")), ("b", Ok("1\n"))])),
+            None
+        );
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl Metrics {
         );
         nr.register(
             "node_shared_pool_cpus",
-            "CPUs Burstable pods can run on: the union of their containers' cpuset.cpus.effective (the static CPU manager's shared pool; every CPU under the none policy)",
+            "CPUs Burstable pods can run on: the intersection of their containers' cpuset.cpus.effective (the static CPU manager's shared pool; every CPU under the none policy)",
             m.node_shared_pool_cpus.clone(),
         );
         nr.register(
