@@ -280,7 +280,9 @@ mod tests {
         );
         assert_eq!(suite_overrides("").unwrap(), []);
         assert!(
-            suite_overrides("node-systemd").unwrap_err().contains("not node=suite"),
+            suite_overrides("node-systemd")
+                .unwrap_err()
+                .contains("not node=suite"),
             "no ="
         );
         assert!(
@@ -308,8 +310,7 @@ mod tests {
             ..b
         };
         assert!(
-            kubelet_config(&st)
-                .contains("cpuManagerPolicy: static\nkubeReserved:\n  cpu: 100m\n")
+            kubelet_config(&st).contains("cpuManagerPolicy: static\nkubeReserved:\n  cpu: 100m\n")
         );
     }
 }
