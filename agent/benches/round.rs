@@ -86,6 +86,7 @@ fn bench(c: &mut Criterion) {
     let cap = CapacityInputs {
         node_allocatable_m: Some(64_000),
         online_cpus: 64,
+        shared_pool_cpus: None,
     };
     let opted: HashSet<String> = ["bench".to_string()].into();
     let floors = HashMap::new();

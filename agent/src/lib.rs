@@ -12,6 +12,7 @@ pub mod node_slack;
 pub mod policy;
 pub mod quantity;
 pub mod reconcile;
+pub mod shared_pool;
 #[cfg(any(test, feature = "test-kit"))]
 pub mod testkit;
 pub mod verify;

@@ -18,6 +18,9 @@ pub struct CapacityInputs {
     pub node_allocatable_m: Option<Millis>,
     /// Online CPUs of the host ([`online_cpus`]); 0 = unknown.
     pub online_cpus: u64,
+    /// CPUs in the shared pool Burstable pods run on under the static CPU
+    /// manager ([`crate::shared_pool`]); `None` = not read.
+    pub shared_pool_cpus: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -27,6 +30,9 @@ pub enum CapacitySource {
     KubepodsCpuMax,
     NodeAllocatable,
     OnlineCpus,
+    /// The shared pool (Burstable containers' `cpuset.cpus.effective`) is
+    /// smaller than the node: exclusive CPUs of Guaranteed pods are out of reach.
+    SharedPool,
     /// Nothing known: capacity 0, so no slack is claimed.
     Unknown,
 }
@@ -166,7 +172,7 @@ fn sysconf_online_cpus() -> u64 {
 }
 
 /// Capacity = min of what is known: finite kubepods `cpu.max`, allocatable,
-/// online CPUs.
+/// online CPUs, the shared pool (named only when strictly smallest).
 pub fn capacity(kubepods: &CgroupSample, cap: CapacityInputs) -> (Millis, CapacitySource) {
     [
         (
@@ -177,6 +183,12 @@ pub fn capacity(kubepods: &CgroupSample, cap: CapacityInputs) -> (Millis, Capaci
         (
             (cap.online_cpus > 0).then(|| cap.online_cpus.saturating_mul(1000)),
             CapacitySource::OnlineCpus,
+        ),
+        (
+            cap.shared_pool_cpus
+                .filter(|n| *n > 0)
+                .map(|n| n.saturating_mul(1000)),
+            CapacitySource::SharedPool,
         ),
     ]
     .into_iter()
@@ -400,6 +412,7 @@ mod tests {
     const CAP: CapacityInputs = CapacityInputs {
         node_allocatable_m: Some(3800),
         online_cpus: 4,
+        shared_pool_cpus: None,
     };
 
     #[test]
@@ -424,18 +437,41 @@ mod tests {
         let c = CapacityInputs {
             node_allocatable_m: None,
             online_cpus: 2,
+            shared_pool_cpus: None,
         };
         assert_eq!(capacity(&k, c), (2000, CapacitySource::OnlineCpus));
         let c = CapacityInputs {
             node_allocatable_m: Some(8000),
             online_cpus: 2,
+            shared_pool_cpus: None,
         };
         assert_eq!(capacity(&k, c), (2000, CapacitySource::OnlineCpus));
         let none = CapacityInputs {
             node_allocatable_m: None,
             online_cpus: 0,
+            shared_pool_cpus: None,
         };
         assert_eq!(capacity(&k, none), (0, CapacitySource::Unknown));
+        // The static CPU manager's shared pool bounds what Burstable pods can use.
+        let pool = CapacityInputs {
+            node_allocatable_m: Some(3000),
+            online_cpus: 4,
+            shared_pool_cpus: Some(2),
+        };
+        assert_eq!(capacity(&k, pool), (2000, CapacitySource::SharedPool));
+        // The pool of the whole node (policy `none`) is not named.
+        let whole = CapacityInputs {
+            shared_pool_cpus: Some(4),
+            node_allocatable_m: None,
+            ..pool
+        };
+        assert_eq!(capacity(&k, whole), (4000, CapacitySource::OnlineCpus));
+        // A pool read as 0 CPUs is no input.
+        let zero = CapacityInputs {
+            shared_pool_cpus: Some(0),
+            ..pool
+        };
+        assert_eq!(capacity(&k, zero), (3000, CapacitySource::NodeAllocatable));
     }
 
     #[test]

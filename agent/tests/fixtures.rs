@@ -304,6 +304,7 @@ fn slack_reads_capacity_from_each_fixture() {
         let cap = CapacityInputs {
             node_allocatable_m: Some(alloc_m),
             online_cpus: 64,
+            shared_pool_cpus: None,
         };
         let s = node_slack::measure(&a, &b, cap);
         // Same bytes twice: nothing used, all capacity is slack.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real-node VM image: a Debian bookworm root filesystem
+# Builds a real-node VM image: a Debian root filesystem of one suite
+# (`build-rootfs.sh [bookworm|trixie]`, default bookworm)
 # (debootstrap from the mirror this machine's apt sources name) with systemd,
 # containerd, runc, the CNI plugins and the Debian kernel, packed as an ext4
 # disk image, plus the kernel and initrd to boot it with.
@@ -9,15 +10,19 @@
 # image serves every node.
 #
 # Two cached steps, so that editing a unit file does not redo debootstrap:
-#   $HEADROOM_CACHE_DIR/node-vm/base-<packages key>/rootfs     (debootstrap)
-#   $HEADROOM_CACHE_DIR/node-vm/image-<key>/{disk.img,vmlinuz,initrd.img,id_ed25519}
-# where <key> hashes this script and rootfs/. node-vm/current names the image.
+#   $HEADROOM_CACHE_DIR/node-vm/base-<suite+packages key>/rootfs     (debootstrap)
+#   $HEADROOM_CACHE_DIR/node-vm/image-<suite>-<key>/{disk.img,vmlinuz,initrd.img,id_ed25519}
+# where <key> hashes this script and rootfs/. node-vm/current-<suite> names
+# the image (node-vm/current too, for bookworm). Each suite keeps its own
+# newest image: building one suite never deletes the other's.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${HEADROOM_CACHE_DIR:-$repo/.cache}
-log() { printf 'node-vm image: %s\n' "$*" >&2; }
+suite=${1:-bookworm}
+case "$suite" in bookworm|trixie) ;; *) echo "unknown suite $suite" >&2; exit 2 ;; esac
+log() { printf 'node-vm image (%s): %s\n' "$suite" "$*" >&2; }
 
 packages=systemd,systemd-sysv,dbus,udev,kmod,containerd,runc,containernetworking-plugins
 packages+=,iproute2,iptables,busybox-static,ca-certificates,linux-image-amd64
@@ -32,19 +37,23 @@ mirror=${mirror:-http://deb.debian.org/debian}
 
 mkdir -p "$cache/node-vm"
 key=$(cat "$0" $(find "$here/rootfs" -type f | sort) | sha256sum | cut -c1-12)
-out=$cache/node-vm/image-$key
+out=$cache/node-vm/image-$suite-$key
+name_current() {
+  echo "$out" > "$cache/node-vm/current-$suite"
+  if [ "$suite" = bookworm ]; then echo "$out" > "$cache/node-vm/current"; fi
+}
 if [ -f "$out/disk.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
-  echo "$out" > "$cache/node-vm/current"
+  name_current
   log "cached ($out)"; echo "$out"; exit 0
 fi
 start=$(date +%s)
 
-basekey=$(echo "bookworm $packages" | sha256sum | cut -c1-12)
+basekey=$(echo "$suite $packages" | sha256sum | cut -c1-12)
 base=$cache/node-vm/base-$basekey
 if [ ! -f "$base/.done" ]; then
   rm -rf "$base" && mkdir -p "$base"
-  log "debootstrap bookworm from $mirror"
-  debootstrap --variant=minbase --include="$packages" bookworm "$base/rootfs" "$mirror" \
+  log "debootstrap $suite from $mirror"
+  debootstrap --variant=minbase --include="$packages" "$suite" "$base/rootfs" "$mirror" \
     > "$base/debootstrap.log" 2>&1 || { tail -n 30 "$base/debootstrap.log" >&2; exit 1; }
   touch "$base/.done"
   log "debootstrap done in $(( $(date +%s) - start ))s"
@@ -58,7 +67,7 @@ unmount_under() {
 }
 unmount_under "$base/rootfs"
 
-work=$cache/node-vm/work-$key
+work=$cache/node-vm/work-$suite-$key
 rm -rf "$work" && mkdir -p "$work"
 root=$work/rootfs
 cp -ax "$base/rootfs" "$root"
@@ -99,8 +108,10 @@ log "disk image"
 mkfs.ext4 -q -F -L headroom-node -d "$root" "$work/disk.img" 4G
 rm -rf "$root"
 rm -rf "$out" && mv "$work" "$out"
-echo "$out" > "$cache/node-vm/current"
-# Older images (other keys) are dead weight.
-find "$cache/node-vm" -maxdepth 1 -name 'image-*' ! -name "image-$key" -exec rm -rf {} +
+name_current
+# Older images of this suite (other keys) are dead weight; so are images of
+# the layout before suites (image-<key>, 12 hex digits). Other suites stay.
+find "$cache/node-vm" -maxdepth 1 -regextype posix-extended \( -name "image-$suite-*" -o -regex '.*/image-[0-9a-f]{12}' \) \
+  ! -name "image-$suite-$key" -exec rm -rf {} +
 log "built in $(( $(date +%s) - start ))s: $out"
 echo "$out"

@@ -3,7 +3,8 @@
 #   - Debian packages on the host: qemu (TCG), debootstrap, e2fsprogs, socat, ssh
 #   - kubelet/kube-controller-manager/kube-scheduler (tests/control-plane/build.sh)
 #   - the images pods run (pause, busybox), packed without Docker
-#   - the VM image (build-rootfs.sh)
+#   - the VM images (build-rootfs.sh), one per Debian suite: bookworm (Linux
+#     6.1, containerd 1.6) and trixie (Linux 6.12, containerd 1.7)
 # The host-side share every node mounts read-only at /mnt/host:
 #   $HEADROOM_CACHE_DIR/node-vm/share/{bin/kubelet,images/*.tar}
 set -euo pipefail
@@ -31,10 +32,15 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 start=$(date +%s)
-# debootstrap is network and disk, the Go build CPU: run them side by side.
-rootfs_log=$(mktemp)
-bash "$here/build-rootfs.sh" > "$rootfs_log" 2>&1 &
-rootfs_pid=$!
+# debootstrap is network and disk, the Go build CPU: run them side by side
+# (both suites at once; each keeps its own cached image).
+suites=(bookworm trixie)
+declare -A rootfs_log rootfs_pid
+for s in "${suites[@]}"; do
+  rootfs_log[$s]=$(mktemp)
+  bash "$here/build-rootfs.sh" "$s" > "${rootfs_log[$s]}" 2>&1 &
+  rootfs_pid[$s]=$!
+done
 bash "$repo/tests/control-plane/build.sh"
 
 share=$cache/node-vm/share
@@ -59,7 +65,9 @@ if [ ! -f "$share/images/.key-$imgkey" ]; then
   touch "$share/images/.key-$imgkey"
 fi
 
-if ! wait "$rootfs_pid"; then cat "$rootfs_log" >&2; rm -f "$rootfs_log"; exit 1; fi
-grep -v '^/' "$rootfs_log" >&2 || true
-rm -f "$rootfs_log"
+for s in "${suites[@]}"; do
+  if ! wait "${rootfs_pid[$s]}"; then cat "${rootfs_log[$s]}" >&2; rm -f "${rootfs_log[$s]}"; exit 1; fi
+  grep -v '^/' "${rootfs_log[$s]}" >&2 || true
+  rm -f "${rootfs_log[$s]}"
+done
 log "ready in $(( $(date +%s) - start ))s (share $share)"

@@ -347,7 +347,7 @@ fn sim_cpu_max(sim: &SimKubelet, ns: &str, pod: &Pod, containers: &[&str]) -> Po
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_join_ready_with_both_cgroup_layouts() {
+async fn nodes_join_ready_with_both_cgroup_layouts_and_their_suites_kernels() {
     let Some(c) = cluster() else { return };
     let _serial = serial(c).await;
     let client = c.cp.client().await;
@@ -383,6 +383,27 @@ async fn nodes_join_ready_with_both_cgroup_layouts() {
             Some("2"),
             "{}",
             node.name()
+        );
+    }
+    // Each node boots the suite its spec names: the kernel says which.
+    for node in &c.nodes {
+        let v = node.versions().await.expect("versions");
+        eprintln!(
+            "MEASURE versions {} ({}, {} driver): {v}",
+            node.name(),
+            node.spec.suite.as_str(),
+            node.spec.driver.as_str()
+        );
+        let want = match node.spec.suite {
+            testkit::node_vm::Suite::Bookworm => "6.1.",
+            testkit::node_vm::Suite::Trixie => "6.12.",
+        };
+        assert!(
+            v.kernel.starts_with(want),
+            "{}: {} node runs Linux {}",
+            node.name(),
+            node.spec.suite.as_str(),
+            v.kernel
         );
     }
     for (name, ssh, ready) in &c.boot_times {
@@ -1330,6 +1351,164 @@ async fn cg_deltas(
     (dt_us, deltas)
 }
 
+// ---------------------------------------------------------------------------
+// Per-cgroup PSI facts the contention signal rests on, on each node's kernel.
+
+/// Test cgroups directly under the root (beside the kubelet's): the kernel's
+/// per-cgroup accounting is the same at any depth, and no kubelet or agent
+/// reads them.
+const PSI_ROOT: &str = "/sys/fs/cgroup/headroom-psi";
+
+/// Starts `threads` busy loops in `PSI_ROOT/<cg>` (made if missing, with
+/// `cpu.max` set to `max`).
+async fn psi_busy(node: &NodeVm, cg: &str, max: &str, threads: u32) {
+    let dir = format!("{PSI_ROOT}/{cg}");
+    let mut cmd = format!(
+        "mkdir -p {dir} && echo '{max}' > {dir}/cpu.max && grep -qw cpu {PSI_ROOT}/cgroup.subtree_control"
+    );
+    for _ in 0..threads {
+        cmd.push_str(&format!(
+            " && (nohup sh -c 'echo $$ > {dir}/cgroup.procs && while :; do :; done' \
+             >/dev/null 2>&1 </dev/null &)"
+        ));
+    }
+    node.sh(&cmd).await.expect("start busy loops");
+}
+
+/// Kills every task in `PSI_ROOT/<cg>` and removes it.
+async fn psi_stop(node: &NodeVm, cg: &str) {
+    let dir = format!("{PSI_ROOT}/{cg}");
+    node.sh(&format!(
+        "[ -d {dir} ] || exit 0; echo 1 > {dir}/cgroup.kill; \
+         for i in $(seq 1 100); do [ -n \"$(cat {dir}/cgroup.procs)\" ] || break; sleep 0.1; done; rmdir {dir}"
+    ))
+    .await
+    .expect("stop busy loops");
+}
+
+/// Percent of `dt` of each counter: (usage, throttled, some, full).
+fn psi_pct(d: &CgDelta, dt_us: u64) -> (f64, f64, f64, f64) {
+    let p = |v: u64| v as f64 * 100.0 / dt_us.max(1) as f64;
+    (p(d.usage_us), p(d.throttled_us), p(d.some_us), p(d.full_us))
+}
+
+async fn psi_facts_on(node: &NodeVm) {
+    let n = node.name();
+    let v = node.versions().await.expect("versions");
+    node.sh(&format!(
+        "mkdir -p {PSI_ROOT} && echo +cpu > {PSI_ROOT}/cgroup.subtree_control"
+    ))
+    .await
+    .expect("psi root");
+    let window = 10;
+    let mut failures = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            failures.push(what);
+        }
+    };
+
+    // `full` exists per cgroup (since 5.13) beside `some`.
+    let pressure = node
+        .sh(&format!("cat {PSI_ROOT}/cpu.pressure"))
+        .await
+        .expect("cpu.pressure");
+    check(
+        pressure.lines().any(|l| l.starts_with("some avg10="))
+            && pressure.lines().any(|l| l.starts_with("full avg10=")),
+        format!("{n}: a cgroup's cpu.pressure has some and full lines: {pressure:?}"),
+    );
+
+    // 1. Own threads queued behind each other: 4 busy threads, 2 CPUs, no
+    //    limit, nothing else busy. `some` counts them; `full` does not (one
+    //    of them always runs).
+    psi_busy(node, "queued", "max 100000", 4).await;
+    let dir = format!("{PSI_ROOT}/queued");
+    let (dt, d) = cg_deltas(node, &[("queued", &dir)], window).await;
+    psi_stop(node, "queued").await;
+    let (u, t, some, full) = psi_pct(&d["queued"], dt);
+    eprintln!(
+        "MEASURE psi {n} ({v}) queued 4 threads: usage {u:.1}% throttled {t:.1}% some {some:.1}% full {full:.1}%"
+    );
+    check(
+        some >= 50.0,
+        format!("{n}: own queueing counts in some: some {some:.1}% (≥ 50%)"),
+    );
+    check(
+        full <= some - 25.0,
+        format!("{n}: own queueing is not full: some {some:.1}%, full {full:.1}% (≤ some − 25)"),
+    );
+
+    // 2. Throttled by its own cpu.max: one thread at 200m. Its throttled
+    //    time counts in `some`, and `full` = `some` (one task).
+    psi_busy(node, "throttled", "20000 100000", 1).await;
+    let dir = format!("{PSI_ROOT}/throttled");
+    let (dt, d) = cg_deltas(node, &[("throttled", &dir)], window).await;
+    psi_stop(node, "throttled").await;
+    let (u, t, some, full) = psi_pct(&d["throttled"], dt);
+    eprintln!(
+        "MEASURE psi {n} ({v}) throttled 1 thread at 200m: usage {u:.1}% throttled {t:.1}% some {some:.1}% full {full:.1}%"
+    );
+    check(
+        t >= 50.0,
+        format!("{n}: a busy thread at 200m is throttled most of the time: {t:.1}%"),
+    );
+    check(
+        some >= 0.7 * t,
+        format!("{n}: throttling counts in some: some {some:.1}% vs throttled {t:.1}%"),
+    );
+    check(
+        (some - full).abs() <= 3.0,
+        format!("{n}: one task: full = some: some {some:.1}%, full {full:.1}%"),
+    );
+
+    // 3. Displaced by another cgroup: one thread beside a 4-thread hog of
+    //    ten times its weight (as a pod with a larger request), no limits. (At
+    //    equal weights the lone thread's fair share is a whole CPU: 7.8 % full
+    //    on 6.12.) Its waits are all of it waiting: `full` = `some`, not throttling.
+    psi_busy(node, "hog", "max 100000", 4).await;
+    node.sh(&format!("echo 1000 > {PSI_ROOT}/hog/cpu.weight"))
+        .await
+        .expect("hog weight");
+    psi_busy(node, "displaced", "max 100000", 1).await;
+    let dir = format!("{PSI_ROOT}/displaced");
+    let (dt, d) = cg_deltas(node, &[("displaced", &dir)], window).await;
+    psi_stop(node, "displaced").await;
+    psi_stop(node, "hog").await;
+    let (u, t, some, full) = psi_pct(&d["displaced"], dt);
+    eprintln!(
+        "MEASURE psi {n} ({v}) displaced 1 thread beside 4 of 10× its weight: usage {u:.1}% throttled {t:.1}% some {some:.1}% full {full:.1}%"
+    );
+    check(
+        full >= 10.0 && t < 1.0,
+        format!(
+            "{n}: displacement shows as full, not throttling: full {full:.1}%, throttled {t:.1}%"
+        ),
+    );
+    check(
+        (some - full).abs() <= 3.0,
+        format!("{n}: one task displaced: full = some: some {some:.1}%, full {full:.1}%"),
+    );
+    node.sh(&format!("rmdir {PSI_ROOT}"))
+        .await
+        .expect("remove psi root");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// docs/kubelet-behaviour.md §8 "Per cgroup: who waits", on each node's
+/// kernel: `some` counts a cgroup's own queued threads and its throttled
+/// tasks; `full` exists and is time when all its runnable tasks wait (one
+/// task displaced by another cgroup; never its own threads' queueing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_cgroup_psi_counts_own_queueing_and_throttling_in_some_and_displacement_in_full() {
+    let Some(c) = cluster() else { return };
+    let _serial = serial(c).await;
+    // One node at a time: each measures an otherwise idle node.
+    for node in &c.nodes {
+        psi_facts_on(node).await;
+    }
+}
+
 /// A busybox pod whose busy threads a test switches on and off from the
 /// node: one shell loop blocks reading the wanted count from the FIFO
 /// `/run/headroom-test/<ns>/<name>/n` (a hostPath the pod sees as `/ctl`),
@@ -1757,6 +1936,357 @@ const PIDS_LINE: &str = "VM-ORPHAN-PIDS";
 
 const AGENT_IMAGE: &str = "docker.io/library/headroom-agent:0.1.0";
 const AGENT_IMAGE_NEXT: &str = "docker.io/library/headroom-agent:0.1.0-next";
+
+// ---------------------------------------------------------------------------
+// Restarts on a real node while the agent runs.
+
+/// The agent's counters of resizes by result (summed over directions).
+fn resizes(s: &prometheus_parse::Scrape, result: &str) -> f64 {
+    metric(s, "headroom_resizes_total", &[("result", result)]).unwrap_or(0.0)
+}
+
+/// Scrapes every 2 s for `secs`: the drift gauge of `ns` must stay 0.
+async fn no_drift_for(agent: &GuestAgent<'_>, ns: &str, secs: u64) {
+    for _ in 0..secs / 2 {
+        let s = agent.scrape().await.expect("scrape");
+        let drift = metric(&s, "headroom_cgroup_drift", &[("namespace", ns)]).unwrap_or(0.0);
+        assert_eq!(
+            drift,
+            0.0,
+            "{}: false drift:\n{}",
+            agent.node.name(),
+            agent.log_tail(40).await
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// 1. The kubelet stopped before the agent's resize PATCH and started after
+///    it: the resize waits in the API (no `cpu.max` change, no second patch),
+///    applies once the kubelet is back, and is verified, without drift.
+/// 2. containerd restarted right after the agent's next PATCH (a pod opted in
+///    then): the kubelet's update fails while it is down and is retried; the
+///    resize applies and is verified, no drift reported, no container restarted.
+///
+/// Every patch is one generation bump (no duplicates).
+async fn restarts_on(c: &RealCluster, node: &NodeVm) {
+    let n = node.name();
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace(&format!("restart-{n}")).await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&api, burner("kubelet-down", n, "200m", "300m", 1)).await;
+    let mut later = burner("containerd-down", n, "200m", "300m", 1);
+    later["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+    create(&api, later).await;
+    wait_running(&api, "kubelet-down", POD_START).await;
+    let second = wait_running(&api, "containerd-down", POD_START).await;
+
+    node.sh("systemctl stop kubelet")
+        .await
+        .expect("stop kubelet");
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts");
+    let raised = wait_raised_above_300m(&api, &agent, "kubelet-down").await;
+    let limit = app_limit_m(&raised).expect("limit");
+    // Nothing applies it while the kubelet is down, and no second patch goes.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let held = api.get("kubelet-down").await.expect("get");
+    assert_eq!(
+        held.metadata.generation, raised.metadata.generation,
+        "{n}: a second patch while the first waits"
+    );
+    let got = node.pod_cpu_max(&held).await.expect("read");
+    assert_eq!(
+        got.containers.get("app").map(String::as_str),
+        Some("30000 100000"),
+        "{n}: applied with the kubelet down?"
+    );
+    let back = Instant::now();
+    node.sh("systemctl start kubelet")
+        .await
+        .expect("start kubelet");
+    let want = format!("{} 100000", limit * 100);
+    node.wait_cpu_max(&held, "app", &want, KUBELET_APPLY)
+        .await
+        .expect("the resize applies after the kubelet restart");
+    let s = wait_scrape(
+        &agent,
+        RESIZE_GRACE + Duration::from_secs(30),
+        "the resize held over the kubelet restart never verified",
+        |s| resizes(s, "verified") >= 1.0,
+    )
+    .await;
+    let kubelet_converged = back.elapsed();
+    assert_eq!(resizes(&s, "unverified"), 0.0, "{n}: unverified");
+    no_drift_for(&agent, &ns, 10).await;
+
+    // 2. containerd restarted right after a PATCH.
+    let restarts = restart_count(&second);
+    api.patch(
+        "containerd-down",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"headroom.dev/managed": "true"}}})),
+    )
+    .await
+    .expect("opt in");
+    let raised2 = wait_raised_above_300m(&api, &agent, "containerd-down").await;
+    let at = Instant::now();
+    node.sh("systemctl restart containerd")
+        .await
+        .expect("restart containerd");
+    let limit2 = app_limit_m(&raised2).expect("limit");
+    node.wait_cpu_max(
+        &raised2,
+        "app",
+        &format!("{} 100000", limit2 * 100),
+        KUBELET_APPLY,
+    )
+    .await
+    .expect("the resize applies after the containerd restart");
+    wait_scrape(
+        &agent,
+        RESIZE_GRACE + Duration::from_secs(30),
+        "the resize over the containerd restart never verified",
+        |s| resizes(s, "verified") >= 2.0,
+    )
+    .await;
+    let containerd_converged = at.elapsed();
+    no_drift_for(&agent, &ns, 20).await;
+    let s = agent.scrape().await.expect("scrape");
+    assert_eq!(resizes(&s, "unverified"), 0.0, "{n}: unverified");
+    let mut bumps = 0;
+    for p in ["kubelet-down", "containerd-down"] {
+        let pod = api.get(p).await.expect("get");
+        bumps += pod.metadata.generation.unwrap_or(1) - 1;
+        if p == "containerd-down" {
+            assert_eq!(restart_count(&pod), restarts, "{n}: {p} restarted");
+        }
+    }
+    assert_eq!(
+        resizes(&s, "applied"),
+        bumps as f64,
+        "{n}: patches applied = generation bumps (no duplicates)"
+    );
+    let log = agent.log_tail(400).await;
+    assert!(!log.contains("panicked"), "{n}: agent panicked:\n{log}");
+    eprintln!(
+        "MEASURE {n} restarts: kubelet back → verified {kubelet_converged:.1?}; containerd restart → verified {containerd_converged:.1?}; {bumps} patches"
+    );
+    agent.stop().await.expect("agent stops");
+    cleanup(&client, &[ns.as_str()]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_in_the_vm_survives_kubelet_and_containerd_restarts_mid_resize() {
+    on_every_node_with_agents(restarts_on).await;
+}
+
+// ---------------------------------------------------------------------------
+// The static CPU manager (docs/kubelet-behaviour.md §10), on a node of its own.
+
+/// `cpuset.cpus.effective` of container `name` of `pod` on a real node.
+async fn real_cpuset(node: &NodeVm, pod: &Pod, name: &str) -> String {
+    let uid = pod.metadata.uid.as_deref().expect("uid");
+    let dir = node.pod_cgroup(uid).await.expect("pod cgroup");
+    let id = testkit::node_vm::container_ids(pod)
+        .remove(name)
+        .expect("container id");
+    node.sh(&format!("cat {dir}/*{id}*/cpuset.cpus.effective"))
+        .await
+        .expect("read cpuset")
+        .trim()
+        .to_string()
+}
+
+/// A 3-CPU node with `cpuManagerPolicy: static` (kubeReserved 100m: CPU 0
+/// stays shared) running a Guaranteed pod with 2 whole CPUs (exclusive) and a
+/// managed Burstable pod with 2 busy threads: the kubelet confines the
+/// Burstable pod to the one CPU left, the simulator lays out the same
+/// cpusets (parity), and the agent's capacity is that pool (1000m, not
+/// allocatable's 2900m), so it never raises the pod above 1000m (its default
+/// ceiling, 4 × 400m, would be 1600m) while the kernel gives it at most one CPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_cpu_manager_node_never_raises_a_managed_pod_above_the_shared_pool() {
+    if let Some(why) = testkit::node_vm::skip_reason() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    // Alone: the shared cluster's tests wait (its VMs idle meanwhile).
+    let _serial = SERIAL.lock().await;
+    let mut spec = testkit::node_vm::NodeSpec::cgroupfs("node-static", 3)
+        .with_suite(testkit::node_vm::Suite::Trixie);
+    spec.cpus = 3;
+    spec.static_cpu_manager = Some("100m".into());
+    let started = Instant::now();
+    let c = RealCluster::start(vec![spec]).await.expect("static node");
+    let node = &c.nodes[0];
+    let client = c.cp.client().await;
+    let n: k8s_openapi::api::core::v1::Node = Api::all(client.clone())
+        .get(node.name())
+        .await
+        .expect("node");
+    let alloc = n
+        .status
+        .and_then(|s| s.allocatable)
+        .and_then(|a| a.get("cpu").cloned())
+        .expect("allocatable");
+    assert_eq!(alloc.0, "2900m", "3 CPUs less kubeReserved 100m");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = SimConfig::new("sim-static", dir.path().join("cg"));
+    cfg.layout = SimLayout::Cgroupfs;
+    cfg.allocatable_cpu_m = 2900;
+    cfg.static_cpu_manager = Some(testkit::kubelet_sim::StaticCpuManager {
+        cpus: 3,
+        reserved: 1,
+    });
+    let sim = SimKubelet::start(client.clone(), cfg)
+        .await
+        .expect("sim starts");
+    c.cp.wait_node_admissible("sim-static")
+        .await
+        .expect("sim node admissible");
+
+    let ns = c.cp.namespace("static").await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let excl = |name: &str, node: &str| {
+        let mut p = app_pod(
+            name,
+            node,
+            json!({"cpu": "2", "memory": "32Mi"}),
+            json!({"cpu": "2", "memory": "32Mi"}),
+        );
+        p["metadata"]["annotations"] = json!({"headroom.dev/managed": "false"});
+        p
+    };
+    for (suffix, on) in [("", node.name()), ("-sim", "sim-static")] {
+        create(&api, excl(&format!("excl{suffix}"), on)).await;
+        create(
+            &api,
+            burner(&format!("burst{suffix}"), on, "400m", "500m", 2),
+        )
+        .await;
+    }
+    let excl_pod = wait_running(&api, "excl", POD_START).await;
+    let burst = wait_running(&api, "burst", POD_START).await;
+    let excl_sim = wait_running(&api, "excl-sim", Duration::from_secs(60)).await;
+    let burst_sim = wait_running(&api, "burst-sim", Duration::from_secs(60)).await;
+    eprintln!(
+        "MEASURE static node: booted and pods Running in {:.0?}",
+        started.elapsed()
+    );
+
+    // The kubelet narrows the Burstable container's cpuset on its next
+    // reconcile (cpuManagerReconcilePeriod, 10 s).
+    let want_excl = real_cpuset(node, &excl_pod, "app").await;
+    assert_eq!(
+        want_excl, "1-2",
+        "the lowest two CPUs past the reserved one"
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut pool = real_cpuset(node, &burst, "app").await;
+    while pool != "0" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        pool = real_cpuset(node, &burst, "app").await;
+    }
+    assert_eq!(
+        pool, "0",
+        "the Burstable container runs on the shared pool only"
+    );
+    let sim_cpuset = |p: &str| {
+        std::fs::read_to_string(
+            sim.container_cgroup_path(&ns, p, "app")
+                .expect("sim container")
+                .join("cpuset.cpus.effective"),
+        )
+        .expect("sim cpuset")
+        .trim()
+        .to_string()
+    };
+    assert_eq!(
+        (
+            sim_cpuset(excl_sim.metadata.name.as_deref().unwrap_or_default()),
+            sim_cpuset(burst_sim.metadata.name.as_deref().unwrap_or_default())
+        ),
+        (want_excl.clone(), pool.clone()),
+        "PARITY: simulator's cpusets (exclusive, shared) vs the real kubelet's"
+    );
+
+    install_agents(&c);
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts");
+    let raised = wait_pod(
+        &api,
+        &agent,
+        "burst",
+        "raise above 500m",
+        Duration::from_secs(180),
+        |p| app_limit_m(p).is_some_and(|m| m > 500),
+    )
+    .await;
+    let scrape = wait_scrape(
+        &agent,
+        Duration::from_secs(60),
+        "no shared pool in the metrics",
+        |s| metric(s, "headroom_node_shared_pool_cpus", &[]) == Some(1.0),
+    )
+    .await;
+    assert_eq!(
+        metric(&scrape, "headroom_node_capacity_millicores", &[]),
+        Some(1000.0),
+        "capacity is the pool"
+    );
+    // Watch the limit for 30 s more, and what the kernel lets the pod use.
+    let mut limits = vec![app_limit_m(&raised).expect("limit")];
+    for _ in 0..15 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        limits.push(app_limit_m(&api.get("burst").await.expect("get")).expect("limit"));
+    }
+    let pod_dir = node
+        .pod_cgroup(burst.metadata.uid.as_deref().expect("uid"))
+        .await
+        .expect("pod cgroup");
+    let (dt, d) = cg_deltas(node, &[("burst", &pod_dir)], 10).await;
+    let usage_m = d["burst"].usage_us * 1000 / dt.max(1);
+    let slack = agent
+        .node
+        .sh("/mnt/node/bin/headroom-agent slack --interval 1s --node-allocatable 2900m")
+        .await
+        .expect("slack");
+    eprintln!(
+        "MEASURE static node: burst limits (m, every 2 s) {limits:?}; usage {usage_m}m over {dt} µs; slack:\n{slack}"
+    );
+    assert!(
+        limits.iter().all(|m| *m <= 1000),
+        "never above the 1-CPU shared pool: {limits:?}"
+    );
+    assert!(
+        usage_m <= 1050,
+        "the kernel confines the pod to its cpuset: {usage_m}m"
+    );
+    assert!(
+        slack.contains("capacity 1000m (shared CPU pool (static CPU manager))")
+            && slack.contains("shared CPU pool 0 (1 CPUs"),
+        "slack names the pool: {slack}"
+    );
+    assert_eq!(
+        real_cpuset(node, &excl_pod, "app").await,
+        "1-2",
+        "the exclusive CPUs stay the Guaranteed pod's"
+    );
+    let excl_now = api.get("excl").await.expect("get");
+    assert_eq!(
+        excl_now.metadata.generation, excl_pod.metadata.generation,
+        "the Guaranteed pod is never patched"
+    );
+    agent.stop().await.expect("agent stops");
+    sim.stop().await;
+    eprintln!("MEASURE static node test: {:.0?}", started.elapsed());
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_installs_the_daemonset_and_every_scenario_passes_on_real_nodes() {

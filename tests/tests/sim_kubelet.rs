@@ -1014,3 +1014,77 @@ fn per_pod_psi_matches_the_real_kernel_for_queued_and_displaced_threads() {
     }
     assert!(compared >= 10, "{compared} pod phases compared");
 }
+
+/// docs/kubelet-behaviour.md §10: under the static CPU manager a Guaranteed
+/// container with whole CPUs gets CPUs of its own, every other container the
+/// shared pool, which narrows while they are held and widens when freed; the
+/// agent's `slack` reads that pool as its capacity.
+#[tokio::test]
+async fn static_cpu_manager_lays_out_exclusive_cpus_and_the_shared_pool() {
+    let env = Env::start("sim-static", |c| {
+        c.allocatable_cpu_m = 3900;
+        c.static_cpu_manager = Some(testkit::kubelet_sim::StaticCpuManager {
+            cpus: 4,
+            reserved: 1,
+        });
+    })
+    .await;
+    let cpuset = |name: &str, c: &str| {
+        env.sim
+            .container_cgroup_path(&env.ns, name, c)
+            .expect("container cgroup")
+            .join("cpuset.cpus.effective")
+    };
+    assert_eq!(read(&env.root().join("cpuset.cpus.effective")), "0-3\n");
+    env.create(
+        "b",
+        json!({"containers": [container("app", "100m", Some("400m"))]}),
+    )
+    .await;
+    wait_file(cpuset("b", "app"), "0-3").await;
+    let g = json!({"containers": [
+        {"name": "excl", "image": "registry.k8s.io/pause:3.10",
+         "resources": {"requests": {"cpu": "2", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "64Mi"}}},
+        {"name": "frac", "image": "registry.k8s.io/pause:3.10",
+         "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "64Mi"}}}]});
+    env.create("g", g).await;
+    // Reserved CPU 0 stays shared; the lowest free two go to `excl`.
+    wait_file(cpuset("g", "excl"), "1-2").await;
+    wait_file(cpuset("g", "frac"), "0,3").await;
+    wait_file(cpuset("b", "app"), "0,3").await;
+    // The pause container and the pod cgroup keep the node (no file written).
+    let pod_dir = env.sim.pod_cgroup_path(&env.ns, "b").expect("pod");
+    assert!(!pod_dir.join("cpuset.cpus.effective").exists());
+    let pause = env.sim.pause_cgroup_path(&env.ns, "b").expect("pause");
+    assert!(!pause.join("cpuset.cpus.effective").exists());
+
+    // The agent's capacity is the pool: 2 CPUs, not allocatable's 3900m.
+    let out = std::process::Command::new(testkit::agent::agent_binary().expect("agent binary"))
+        .args([
+            "slack",
+            "--json",
+            "--interval",
+            "100ms",
+            "--node-allocatable",
+            "3900m",
+        ])
+        .arg("--cgroup-root")
+        .arg(env.root())
+        .output()
+        .expect("slack");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["node"]["capacity_millicores"], 2000, "{v}");
+    assert_eq!(v["node"]["capacity_source"], "shared_pool", "{v}");
+    assert_eq!(v["node"]["shared_pool"]["list"], "0,3", "{v}");
+
+    env.pods()
+        .delete("g", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_file(cpuset("b", "app"), "0-3").await;
+}

@@ -119,12 +119,14 @@ pub(crate) fn stateless_round(
     mark_roles(&mut prev.pods, views);
     mark_roles(&mut cur.pods, views);
     let cpus = node_slack::online_cpus_at(cgroup_root);
+    let pool = headroom::shared_pool::read(cgroup_root, &cur);
     let s = node_slack::measure(
         &prev,
         &cur,
         CapacityInputs {
             node_allocatable_m: allocatable,
             online_cpus: cpus,
+            shared_pool_cpus: pool.map(|p| p.cpus),
         },
     );
     let t = Thresholds {

@@ -219,6 +219,7 @@ pub fn capacity_source(c: CapacitySource) -> &'static str {
         CapacitySource::KubepodsCpuMax => "kubepods cpu.max",
         CapacitySource::NodeAllocatable => "Node allocatable",
         CapacitySource::OnlineCpus => "CPUs in cpuset.cpus.effective",
+        CapacitySource::SharedPool => "shared CPU pool (static CPU manager)",
         CapacitySource::Unknown => "unknown",
     }
 }

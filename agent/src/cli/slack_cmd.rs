@@ -47,18 +47,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     headroom::reconcile::mark_roles(&mut cur.pods, &views);
     let names: std::collections::HashMap<&str, String> =
         views.iter().map(|v| (v.uid.as_str(), v.key())).collect();
+    let pool = headroom::shared_pool::read(&a.cgroup_root, &cur);
     let cap = CapacityInputs {
         node_allocatable_m: a.node_allocatable,
         online_cpus: node_slack::online_cpus_at(&a.cgroup_root),
+        shared_pool_cpus: pool.as_ref().map(|p| p.cpus),
     };
     let s = node_slack::measure(&prev, &cur, cap);
     for e in &cur.issues {
         tracing::warn!("{e}");
     }
     if a.json {
-        println!("{}", report_json(&cur, &s));
+        let mut v = report_json(&cur, &s);
+        v["node"]["shared_pool"] = json!(pool);
+        println!("{v}");
     } else {
         print!("{}", report_text(&cur, &s, &names));
+        if let Some(p) = &pool {
+            println!("{}", pool_line(p));
+        }
     }
     // A tree the agent may not fully read gives an incomplete answer: say
     // so in the exit status too, not only in the text.
@@ -67,6 +74,18 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The shared CPU pool Burstable pods run on, one line (and one per skipped cpuset).
+pub fn pool_line(p: &headroom::shared_pool::SharedPool) -> String {
+    let mut o = format!(
+        "  shared CPU pool {} ({} CPUs; cpuset.cpus.effective of {} Burstable/BestEffort containers)",
+        p.list, p.cpus, p.read
+    );
+    for s in &p.skipped {
+        let _ = write!(o, "\n  skipped {}: {}", s.path.display(), s.why);
+    }
+    o
 }
 
 /// Whether pods may be missing or unread because of permissions.

@@ -78,6 +78,7 @@ fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Conte
     let cap = CapacityInputs {
         node_allocatable_m: Some(2000),
         online_cpus: 2,
+        shared_pool_cpus: None,
     };
     let slack = node_slack::measure(a, b, cap);
     let req: HashMap<&str, Millis> = requests.iter().copied().collect();
@@ -524,6 +525,7 @@ fn a_marginal_wait_counts_only_when_it_shows_twice_in_a_row() {
             CapacityInputs {
                 node_allocatable_m: Some(2000),
                 online_cpus: 2,
+                shared_pool_cpus: None,
             },
         );
         let req: HashMap<&str, Millis> = [("m", 500), ("n", 800)].into();

@@ -39,6 +39,8 @@ pub struct Metrics {
     pub node_pressure_full: GaugeF,
     pub node_throttling_stall: GaugeF,
     pub node_contention: GaugeF,
+    /// CPUs of the shared pool Burstable pods run on (`crate::shared_pool`).
+    pub node_shared_pool_cpus: GaugeF,
     pub pod_request: Family<PodLabels, GaugeF>,
     pub pod_limit: Family<PodLabels, GaugeF>,
     pub pod_target: Family<PodLabels, GaugeF>,
@@ -81,6 +83,7 @@ impl Metrics {
             node_pressure_full: g(),
             node_throttling_stall: g(),
             node_contention: g(),
+            node_shared_pool_cpus: g(),
             pod_request: Family::default(),
             pod_limit: Family::default(),
             pod_target: Family::default(),
@@ -105,8 +108,13 @@ impl Metrics {
         let mut nr = Registry::with_prefix("headroom");
         nr.register(
             "node_capacity_millicores",
-            "CPU capacity for pods: min(kubepods cpu.max, allocatable, online CPUs)",
+            "CPU capacity for pods: min(kubepods cpu.max, allocatable, online CPUs, shared CPU pool)",
             m.node_capacity.clone(),
+        );
+        nr.register(
+            "node_shared_pool_cpus",
+            "CPUs Burstable pods can run on: the intersection of their containers' cpuset.cpus.effective (the static CPU manager's shared pool; every CPU under the none policy)",
+            m.node_shared_pool_cpus.clone(),
         );
         nr.register(
             "node_usage_millicores",

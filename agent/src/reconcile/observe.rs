@@ -191,9 +191,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             self.scan.prev = Some(snap);
             return None; // first sample: no rates yet
         };
+        let pool = self.shared_pool(&snap).await;
         let cap = CapacityInputs {
             node_allocatable_m: self.allocatable_m(),
             online_cpus: self.online_cpus,
+            shared_pool_cpus: pool,
         };
         let slack = node_slack::measure_with(&prev, &snap, cap, older.as_deref());
         drop(older);
@@ -311,6 +313,39 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 }
             })
             .collect()
+    }
+
+    /// CPUs of the shared pool Burstable pods run on ([`crate::shared_pool`]),
+    /// read on the blocking pool (a hung filesystem must not stall the
+    /// runtime thread); `None` when unread, and then nothing narrows capacity.
+    /// Skipped cpusets are logged and counted, never fatal.
+    async fn shared_pool(&self, snap: &NodeSnapshot) -> Option<u64> {
+        use crate::shared_pool::{self, SkipKind};
+        let paths = shared_pool::candidates(snap);
+        if paths.is_empty() {
+            return None;
+        }
+        let root = self.settings.cgroup_root.clone();
+        let task = tokio::task::spawn_blocking(move || shared_pool::read_paths(&root, paths));
+        let Ok(Ok(pool)) = tokio::time::timeout(MIN_SCAN_DEADLINE, task).await else {
+            self.metrics.scan_error(ScanErrorKind::timeout);
+            tracing::warn!("reading the shared CPU pool timed out; capacity not narrowed");
+            return None;
+        };
+        let pool = pool?;
+        for s in &pool.skipped {
+            let kind = match s.kind {
+                SkipKind::Vanished => continue,
+                SkipKind::PermissionDenied => ScanErrorKind::permission_denied,
+                SkipKind::NotRegular => ScanErrorKind::not_regular_file,
+                SkipKind::Io => ScanErrorKind::io,
+                SkipKind::Malformed => ScanErrorKind::malformed,
+            };
+            self.metrics.scan_error(kind);
+            tracing::warn!(path = %s.path.display(), "{}; left out of the shared CPU pool", s.why);
+        }
+        self.metrics.node_shared_pool_cpus.set(pool.cpus as f64);
+        Some(pool.cpus)
     }
 
     /// Who waited for CPU between `prev` and `cur` (see [`contention`]).

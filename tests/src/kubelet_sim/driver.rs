@@ -52,6 +52,8 @@ pub(crate) struct State {
     /// Pods listed since the last watch (re)start, to drop those that went missing.
     relist: Option<HashSet<PodKey>>,
     pub last_tick: Option<Instant>,
+    /// CPUs held exclusively under the static CPU manager ([`super::cpuset`]).
+    pub exclusive: super::cpuset::Exclusive,
 }
 
 /// A pod being deleted whose deletion the simulator confirms (grace period 0),

@@ -8,7 +8,9 @@
 //! - **Node**: creates (or updates) the Node with `capacity` = `allocatable` (CPU,
 //!   memory, 110 pods), a `Ready=True` condition and `declaredFeatures` (see
 //!   [`SimConfig::declared_features`]). No heartbeats or leases. The root
-//!   cgroup's `cpuset.cpus.effective` lists ⌈allocatable⌉ online CPUs.
+//!   cgroup's `cpuset.cpus.effective` lists ⌈allocatable⌉ online CPUs (or the
+//!   static CPU manager's [`StaticCpuManager::cpus`], whose exclusive CPUs and
+//!   shared pool go into the containers' `cpuset.cpus.effective`, see [`cpuset`]).
 //! - **Cgroup tree** (docs/kubelet-behaviour.md §1) under `cgroup_root`, per [`SimLayout`] (kind's
 //!   `/kubelet` root with the systemd driver, plain systemd, cgroupfs) and
 //!   [`SimRuntime`] (containerd, CRI-O): kubepods, its QoS children, pod cgroups
@@ -92,6 +94,7 @@
 //! writes them with truncate + `write(2)` to raise `IN_MODIFY` like the real kubelet.
 
 pub mod cgroup_writer;
+pub mod cpuset;
 mod driver;
 pub mod faults;
 pub mod layout;
@@ -113,6 +116,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use cgroup_writer::WriteMode;
+pub use cpuset::StaticCpuManager;
 pub use faults::Fault;
 pub use layout::{SimLayout, SimQos, SimRuntime};
 
@@ -144,6 +148,11 @@ pub struct SimConfig {
     /// declares `InPlacePodLevelResourcesVerticalScaling`: "pod update requires
     /// features ... which are not available on node". Empty = an older kubelet.
     pub declared_features: Vec<String>,
+    /// `cpuManagerPolicy: static`: exclusive CPUs for Guaranteed containers
+    /// with whole-CPU requests, the shared pool for the rest, in the
+    /// containers' `cpuset.cpus.effective` ([`cpuset`]). `None`: the
+    /// default `none` policy (no cpuset files below the root).
+    pub static_cpu_manager: Option<StaticCpuManager>,
 }
 
 impl SimConfig {
@@ -164,6 +173,7 @@ impl SimConfig {
             write_mode: WriteMode::Rename,
             throttle_psi_weight: 0.85,
             declared_features: vec!["InPlacePodLevelResourcesVerticalScaling".into()],
+            static_cpu_manager: None,
         }
     }
 }

@@ -127,5 +127,8 @@ pub(crate) fn write_node_tree(cfg: &SimConfig) -> std::io::Result<()> {
 /// The host's online CPUs as the root cgroup lists them: as many as the
 /// node's allocatable needs (a real host has at least that many).
 pub(crate) fn online_cpus(cfg: &SimConfig) -> u64 {
+    if let Some(m) = cfg.static_cpu_manager {
+        return u64::from(m.cpus.max(1));
+    }
     cfg.allocatable_cpu_m.div_ceil(1000).max(1)
 }

@@ -138,8 +138,10 @@ pub(crate) fn on_pod(cfg: &SimConfig, st: &mut State, key: PodKey, pod: &Pod) {
             if let Err(e) = write_pod_cgroups(cfg, &mut entry, &plan, &fault, false) {
                 tracing::warn!(error = %e, pod = %key, "sim kubelet: writing pod cgroups");
             }
+            super::cpuset::allocate(cfg, st, &key, &plan);
             st.pods.insert(key, entry);
             update_qos_weights(cfg, st);
+            super::cpuset::write_all(cfg, st);
         }
         Some(entry) if generation > entry.seen_generation => {
             entry.on_generation(cfg, plan, generation);
@@ -155,6 +157,8 @@ pub(crate) fn teardown(cfg: &SimConfig, st: &mut State, key: &PodKey) {
             tracing::warn!(error = %e, dir = %entry.dir.display(), "sim kubelet: removing pod cgroup");
         }
         update_qos_weights(cfg, st);
+        super::cpuset::release(st, key);
+        super::cpuset::write_all(cfg, st);
     }
 }
 

@@ -24,10 +24,57 @@ impl CgroupDriver {
     }
 }
 
+/// The Debian release a node image is built from
+/// (`tests/node-vm/build-rootfs.sh <suite>`): its kernel, containerd, runc
+/// and systemd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Suite {
+    /// Debian 12: Linux 6.1, containerd 1.6, runc 1.1, systemd 252.
+    Bookworm,
+    /// Debian 13: Linux 6.12, containerd 1.7, runc 1.1, systemd 257.
+    Trixie,
+}
+
+impl Suite {
+    pub const ALL: [Suite; 2] = [Suite::Bookworm, Suite::Trixie];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Suite::Bookworm => "bookworm",
+            Suite::Trixie => "trixie",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Suite> {
+        Suite::ALL.into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// Which suite each named node runs, from `HEADROOM_NODE_SUITES`
+/// (`node-systemd=bookworm,node-cgroupfs=trixie`): `None` for a node it does
+/// not name; an error for a malformed entry or an unknown suite.
+pub fn suite_overrides(text: &str) -> Result<Vec<(String, Suite)>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (node, suite) = e
+                .split_once('=')
+                .ok_or_else(|| format!("HEADROOM_NODE_SUITES: {e:?} is not node=suite"))?;
+            let suite = Suite::parse(suite.trim()).ok_or_else(|| {
+                format!("HEADROOM_NODE_SUITES: unknown suite {suite:?} (bookworm, trixie)")
+            })?;
+            Ok((node.trim().to_string(), suite))
+        })
+        .collect()
+}
+
 /// One node VM.
 #[derive(Clone, Debug)]
 pub struct NodeSpec {
     pub name: String,
+    /// The image (kernel, containerd, runc) the node boots.
+    pub suite: Suite,
     pub driver: CgroupDriver,
     /// kubelet `cgroupRoot`, e.g. `/kubelet` as on kind nodes; `None` = `/`.
     pub cgroup_root: Option<String>,
@@ -37,6 +84,10 @@ pub struct NodeSpec {
     pub memory_mib: u32,
     /// kubelet `--v`.
     pub kubelet_verbosity: u8,
+    /// `cpuManagerPolicy: static` with this `kubeReserved.cpu` (e.g. `100m`;
+    /// the policy needs a reservation, and keeps ⌈it⌉ whole CPUs, CPU 0 up,
+    /// in the shared pool). `None`: the default `none` policy.
+    pub static_cpu_manager: Option<String>,
 }
 
 impl NodeSpec {
@@ -44,12 +95,14 @@ impl NodeSpec {
     pub fn kind_like(name: &str, index: u8) -> NodeSpec {
         NodeSpec {
             name: name.to_string(),
+            suite: Suite::Bookworm,
             driver: CgroupDriver::Systemd,
             cgroup_root: Some("/kubelet".to_string()),
             pod_cidr: format!("10.244.{index}.0/24"),
             cpus: 2,
             memory_mib: 2560,
             kubelet_verbosity: 2,
+            static_cpu_manager: None,
         }
     }
 
@@ -60,6 +113,10 @@ impl NodeSpec {
             cgroup_root: None,
             ..NodeSpec::kind_like(name, index)
         }
+    }
+
+    pub fn with_suite(self, suite: Suite) -> NodeSpec {
+        NodeSpec { suite, ..self }
     }
 
     /// Path of the node-allocatable cgroup (`kubepods`) under /sys/fs/cgroup.
@@ -81,11 +138,16 @@ impl NodeSpec {
 }
 
 pub fn kubelet_config(spec: &NodeSpec) -> String {
-    let cgroup_root = spec
+    let mut cgroup_root = spec
         .cgroup_root
         .as_deref()
         .map(|r| format!("cgroupRoot: {r}\n"))
         .unwrap_or_default();
+    if let Some(cpu) = &spec.static_cpu_manager {
+        cgroup_root.push_str(&format!(
+            "cpuManagerPolicy: static\nkubeReserved:\n  cpu: {cpu}\n"
+        ));
+    }
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -208,6 +270,30 @@ mod tests {
     }
 
     #[test]
+    fn suite_overrides_parse_and_refuse() {
+        assert_eq!(
+            suite_overrides("node-systemd=bookworm, node-cgroupfs=trixie,").unwrap(),
+            [
+                ("node-systemd".to_string(), Suite::Bookworm),
+                ("node-cgroupfs".to_string(), Suite::Trixie)
+            ]
+        );
+        assert_eq!(suite_overrides("").unwrap(), []);
+        assert!(
+            suite_overrides("node-systemd")
+                .unwrap_err()
+                .contains("not node=suite"),
+            "no ="
+        );
+        assert!(
+            suite_overrides("a=sid")
+                .unwrap_err()
+                .contains("unknown suite \"sid\""),
+            "unknown suite"
+        );
+    }
+
+    #[test]
     fn driver_reaches_kubelet_and_runtime_alike() {
         let a = NodeSpec::kind_like("a", 1);
         assert!(kubelet_config(&a).contains("cgroupDriver: systemd\ncgroupRoot: /kubelet\n"));
@@ -218,5 +304,13 @@ mod tests {
         assert!(cni_config(&b).contains("10.244.2.0/24"));
         assert!(node_env(&a).contains("KUBELET_SLICE=kubelet.slice\n"));
         assert!(node_env(&b).contains("KUBELET_SLICE=\n"));
+        assert!(!kubelet_config(&b).contains("cpuManagerPolicy"));
+        let st = NodeSpec {
+            static_cpu_manager: Some("100m".into()),
+            ..b
+        };
+        assert!(
+            kubelet_config(&st).contains("cpuManagerPolicy: static\nkubeReserved:\n  cpu: 100m\n")
+        );
     }
 }

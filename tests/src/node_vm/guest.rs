@@ -37,6 +37,25 @@ pub fn container_ids(pod: &Pod) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Versions of what a node runs ([`NodeVm::versions`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeVersions {
+    pub kernel: String,
+    pub containerd: String,
+    pub runc: String,
+    pub systemd: String,
+}
+
+impl std::fmt::Display for NodeVersions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Linux {}, containerd {}, runc {}, systemd {}",
+            self.kernel, self.containerd, self.runc, self.systemd
+        )
+    }
+}
+
 impl NodeVm {
     /// Path (under /sys/fs/cgroup) of the cgroup of the pod with `uid`.
     pub async fn pod_cgroup(&self, uid: &str) -> anyhow::Result<String> {
@@ -114,6 +133,25 @@ impl NodeVm {
             bail!("{}: {container} cpu.max never read {want:?}", self.name());
         }
         Ok(at)
+    }
+
+    /// What the node runs, as the guest reports it:
+    /// `(kernel, containerd, runc, systemd)` versions.
+    pub async fn versions(&self) -> anyhow::Result<NodeVersions> {
+        let out = self
+            .sh("uname -r; containerd --version | awk '{print $3}'; \
+                 runc --version | awk 'NR==1 {print $3}'; systemctl --version | awk 'NR==1 {print $2}'")
+            .await?;
+        let l: Vec<&str> = out.lines().map(str::trim).collect();
+        if l.len() < 4 || l.iter().any(|s| s.is_empty()) {
+            bail!("{}: versions not read: {out:?}", self.name());
+        }
+        Ok(NodeVersions {
+            kernel: l[0].to_string(),
+            containerd: l[1].trim_start_matches('v').to_string(),
+            runc: l[2].to_string(),
+            systemd: l[3].to_string(),
+        })
     }
 
     /// Copies the static agent into this node's share (/mnt/node/bin).

@@ -12,7 +12,9 @@
 //!   the test binary however it ends.
 //!
 //! Environment: `HEADROOM_CACHE_DIR` as for the control plane,
-//! `HEADROOM_NODE_READY_TIMEOUT_SECS` (default 420), `HEADROOM_KEEP_VM_DIR=1`.
+//! `HEADROOM_NODE_READY_TIMEOUT_SECS` (default 420), `HEADROOM_KEEP_VM_DIR=1`,
+//! `HEADROOM_NODE_SUITES` (which Debian suite each shared node boots, see
+//! [`RealCluster::two_node_specs`]).
 
 pub mod config;
 pub mod egress;
@@ -31,16 +33,16 @@ use kube::api::Api;
 
 use crate::control_plane::{ControlPlane, ControlPlaneOptions, log_tail};
 use crate::process::{kill_at_exit, spawn_guarded};
-pub use config::{CgroupDriver, NodeSpec};
-pub use guest::{GuestAgent, PodCpuMax, container_ids};
+pub use config::{CgroupDriver, NodeSpec, Suite};
+pub use guest::{GuestAgent, NodeVersions, PodCpuMax, container_ids};
 
 /// The agent's metrics port inside a guest, forwarded to a host port.
 pub const GUEST_AGENT_PORT: u16 = 9100;
 
-/// Built artifacts: the VM image and the read-only host share.
+/// Built artifacts: the VM image of each suite built, and the read-only host share.
 #[derive(Clone, Debug)]
 pub struct Artifacts {
-    pub image_dir: PathBuf,
+    pub images: Vec<(Suite, PathBuf)>,
     pub share_dir: PathBuf,
 }
 
@@ -70,21 +72,14 @@ pub fn skip_reason() -> Option<String> {
 }
 
 impl Artifacts {
-    /// The artifacts `tests/node-vm/build.sh` made; an error says to run it.
+    /// The artifacts `tests/node-vm/build.sh` made: the share and the image
+    /// of every suite named by `node-vm/current-<suite>`; an error says to
+    /// run it. A suite not built is an error only when a node asks for it
+    /// ([`Artifacts::image_dir`]).
     pub fn locate() -> anyhow::Result<Artifacts> {
         let root = cache_dir().join("node-vm");
-        let current = root.join("current");
-        let image_dir = std::fs::read_to_string(&current)
-            .map(|s| PathBuf::from(s.trim()))
-            .with_context(|| {
-                format!("{} missing: run tests/node-vm/build.sh", current.display())
-            })?;
         let share_dir = root.join("share");
         for f in [
-            image_dir.join("disk.img"),
-            image_dir.join("vmlinuz"),
-            image_dir.join("initrd.img"),
-            image_dir.join("id_ed25519"),
             share_dir.join("bin/kubelet"),
             share_dir.join("images/pause.tar"),
         ] {
@@ -92,14 +87,39 @@ impl Artifacts {
                 bail!("{} missing: run tests/node-vm/build.sh", f.display());
             }
         }
-        Ok(Artifacts {
-            image_dir,
-            share_dir,
-        })
+        let mut images = Vec::new();
+        for suite in Suite::ALL {
+            let current = root.join(format!("current-{}", suite.as_str()));
+            let Ok(dir) = std::fs::read_to_string(&current) else {
+                continue;
+            };
+            let image_dir = PathBuf::from(dir.trim());
+            for f in ["disk.img", "vmlinuz", "initrd.img", "id_ed25519"] {
+                if !image_dir.join(f).is_file() {
+                    bail!(
+                        "{} missing: run tests/node-vm/build.sh",
+                        image_dir.join(f).display()
+                    );
+                }
+            }
+            images.push((suite, image_dir));
+        }
+        Ok(Artifacts { images, share_dir })
     }
 
-    pub fn ssh_key(&self) -> PathBuf {
-        self.image_dir.join("id_ed25519")
+    /// The image directory of `suite`, or an error saying how to build it.
+    pub fn image_dir(&self, suite: Suite) -> anyhow::Result<&Path> {
+        self.images
+            .iter()
+            .find(|(s, _)| *s == suite)
+            .map(|(_, d)| d.as_path())
+            .with_context(|| {
+                format!(
+                    "no {} node image (node-vm/current-{} missing): run tests/node-vm/build.sh",
+                    suite.as_str(),
+                    suite.as_str()
+                )
+            })
     }
 }
 
@@ -179,6 +199,7 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 impl NodeVm {
     /// Writes this node's config share and starts qemu. Does not wait.
     pub fn boot(cp: &ControlPlane, spec: NodeSpec, art: &Artifacts) -> anyhow::Result<NodeVm> {
+        let image_dir = art.image_dir(spec.suite)?.to_path_buf();
         let dir = tempfile::Builder::new()
             .prefix(&format!("headroom-vm-{}-", spec.name))
             .tempdir()?
@@ -230,9 +251,9 @@ impl NodeVm {
             name: spec.name.clone(),
             cpus: spec.cpus,
             memory_mib: spec.memory_mib,
-            kernel: art.image_dir.join("vmlinuz"),
-            initrd: art.image_dir.join("initrd.img"),
-            disk: art.image_dir.join("disk.img"),
+            kernel: image_dir.join("vmlinuz"),
+            initrd: image_dir.join("initrd.img"),
+            disk: image_dir.join("disk.img"),
             host_share: art.share_dir.clone(),
             node_share: share,
             console_log: dir.join("console.log"),
@@ -256,7 +277,7 @@ impl NodeVm {
             qemu_pid,
             ssh_port,
             agent_port,
-            ssh_key: art.ssh_key(),
+            ssh_key: image_dir.join("id_ed25519"),
             booted_at: Instant::now(),
         })
     }
@@ -526,12 +547,27 @@ impl RealCluster {
     }
 
     /// The two nodes the project promises to work on: systemd driver under a
-    /// kind-like `/kubelet` cgroupRoot, and the cgroupfs driver.
-    pub fn two_node_specs() -> Vec<NodeSpec> {
-        vec![
-            NodeSpec::kind_like("node-systemd", 1),
-            NodeSpec::cgroupfs("node-cgroupfs", 2),
-        ]
+    /// kind-like `/kubelet` cgroupRoot on Debian trixie (Linux 6.12,
+    /// containerd 1.7, systemd 257: what current production nodes run), and
+    /// the cgroupfs driver on Debian bookworm (Linux 6.1, containerd 1.6).
+    /// Every test runs on both, so both kernels pass every real-node test at
+    /// no extra cost; `HEADROOM_NODE_SUITES=node-systemd=bookworm,node-cgroupfs=trixie`
+    /// swaps them (`scripts/test --full` runs the tier both ways, so a
+    /// difference can be told apart from the driver's).
+    pub fn two_node_specs() -> anyhow::Result<Vec<NodeSpec>> {
+        let mut specs = vec![
+            NodeSpec::kind_like("node-systemd", 1).with_suite(Suite::Trixie),
+            NodeSpec::cgroupfs("node-cgroupfs", 2).with_suite(Suite::Bookworm),
+        ];
+        let text = std::env::var("HEADROOM_NODE_SUITES").unwrap_or_default();
+        for (node, suite) in config::suite_overrides(&text).map_err(|e| anyhow!(e))? {
+            let spec = specs
+                .iter_mut()
+                .find(|s| s.name == node)
+                .with_context(|| format!("HEADROOM_NODE_SUITES names no node {node:?}"))?;
+            spec.suite = suite;
+        }
+        Ok(specs)
     }
 
     /// One cluster shared by every test of a test binary, started on first
@@ -548,7 +584,7 @@ impl RealCluster {
                     .enable_all()
                     .build()
                     .map_err(|e| e.to_string())?;
-                rt.block_on(RealCluster::start(RealCluster::two_node_specs()))
+                rt.block_on(async { RealCluster::start(RealCluster::two_node_specs()?).await })
                     .map_err(|e| format!("{e:#}"))
             })
             .join()
