@@ -61,6 +61,14 @@ fn part_enabled(part: &str) -> bool {
 }
 
 fn main() -> anyhow::Result<()> {
+    // The simulated cgroup trees (and the simulator's staging area beside
+    // them: the same filesystem, so counters are replaced by rename without
+    // an inotify event in the tree, as on cgroupfs) live in memory, as
+    // cgroupfs does, not on a disk shared with builds.
+    if std::env::var_os("TMPDIR").is_none() && Path::new("/dev/shm").is_dir() {
+        // SAFETY: no other thread runs yet (the runtime starts below).
+        unsafe { std::env::set_var("TMPDIR", "/dev/shm") };
+    }
     // The simulated kubelet's warnings (`RUST_LOG` to change): a bench whose
     // node stalls must say so beside its figures.
     let _ = tracing_subscriber::fmt()
@@ -82,16 +90,7 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     rt.block_on(async {
         let cp = ControlPlane::start(ControlPlaneOptions::default()).await?;
-        // The simulated cgroup trees live in memory, as cgroupfs does: on
-        // the disk, ~1,700 counter files rewritten a second at 250 pods
-        // queued behind other writers' journal and stalled the simulated
-        // kubelet for tens of seconds (resizes past the agent's grace).
-        let shm = Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::tempdir_in(shm)?
-        } else {
-            tempfile::tempdir()?
-        };
+        let dir = tempfile::tempdir()?;
         println!("# {CMD}");
         println!("agent binary: {}", bin.display());
         if part_enabled("footprint") {
