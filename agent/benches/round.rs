@@ -6,7 +6,7 @@
 //!
 //! `cargo bench -p headroom-agent --bench round`
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hint::black_box;
 use std::path::Path;
 
@@ -88,7 +88,6 @@ fn bench(c: &mut Criterion) {
         online_cpus: 64,
     };
     let opted: HashSet<String> = ["bench".to_string()].into();
-    let floors = HashMap::new();
     let mut g = c.benchmark_group("round");
     for n in [110usize, 250, 500] {
         let t = tempfile::tempdir().unwrap();
@@ -111,21 +110,13 @@ fn bench(c: &mut Criterion) {
                 c,
                 c.demand_m,
                 &opted,
-                &floors,
-                &HashMap::new(),
+                |_| Default::default(),
                 Some(true),
                 0,
                 &cfg,
             );
             let mut bucket = TokenBucket::from_config(&cfg);
-            plan(
-                &r.node,
-                &r.decisions,
-                &HashMap::new(),
-                100.0,
-                &mut bucket,
-                &cfg,
-            )
+            plan(&r.node, &r.decisions, |_| None, 100.0, &mut bucket, &cfg)
         };
         g.bench_with_input(BenchmarkId::new("policy", n), &n, |b, _| {
             b.iter(|| black_box(round(&s, &calm)))

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use headroom::cgroup;
-use headroom::model::PodView;
+use headroom::model::{PodView, Uid};
 use headroom::node_slack::{CapacitySource, NodeSlack, booked_request};
 use headroom::policy::{Decision, PatchPlan, TokenBucket};
 use headroom::reconcile::Round;
@@ -123,7 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let outcome = headroom::policy::plan(
         &round.node,
         &round.decisions,
-        &HashMap::new(),
+        |_| None,
         0.0,
         &mut bucket,
         &policy,
@@ -200,9 +200,9 @@ fn read_pods(p: &Path) -> anyhow::Result<Vec<Pod>> {
 struct Report<'a> {
     node_name: &'a str,
     /// QoS class by pod uid, from the pods' status.
-    qos: HashMap<String, &'static str>,
+    qos: HashMap<Uid, &'static str>,
     /// The pod's CPU limit from its spec, by uid (`None`: unlimited).
-    limits: HashMap<String, Option<u64>>,
+    limits: HashMap<Uid, Option<u64>>,
     slack: &'a NodeSlack,
     round: &'a Round,
     patches: &'a [PatchPlan],
@@ -226,7 +226,7 @@ pub fn capacity_source(c: CapacitySource) -> &'static str {
 impl Report<'_> {
     /// What happens to a pod: the patch, the hold, or nothing.
     fn decision(&self, d: &Decision) -> (String, String) {
-        if let Some(p) = self.patches.iter().find(|p| p.uid == d.uid) {
+        if let Some(p) = self.patches.iter().find(|p| p.uid == *d.uid) {
             let verb = match (p.old_total_m, p.direction) {
                 (None, _) => "adopt",
                 (_, headroom::policy::Direction::Raise) => "raise",
@@ -263,7 +263,7 @@ impl Report<'_> {
         self.slack
             .pods
             .iter()
-            .find(|p| p.uid == d.uid)
+            .find(|p| p.uid == *d.uid)
             .and_then(|p| p.usage_m)
     }
 

@@ -2,19 +2,18 @@
 //! (longer for a pod whose raises keep being undone), lowerings go out at
 //! once, and a node-wide token bucket caps the rate.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::model::Millis;
+use crate::model::{Millis, Uid};
 
 use super::bucket::TokenBucket;
 use super::config::PolicyConfig;
 use super::{Decision, Level, NodeDecision};
 
-/// What the caller remembers about a pod between rounds (keyed by uid).
+/// The last patch of a pod the apiserver accepted: what the caller
+/// remembers between rounds for the raise cooldown.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PodMemory {
+pub struct LastPatch {
     /// When the last accepted patch was sent (seconds, caller's clock).
     pub last_patch_at_s: f64,
     /// The total that patch set (informational: explain, drift).
@@ -40,16 +39,16 @@ pub fn raise_cooldown_s(cfg: &PolicyConfig, flaps: u32) -> f64 {
     cfg.raise_cooldown_s * f64::from(1u32 << doublings).min(FLAP_BACKOFF_MAX)
 }
 
-impl PodMemory {
-    /// Memory after `plan` was accepted by the apiserver at `now_s`; `prev`
-    /// is the memory of the pod's patch before it, if any.
+impl LastPatch {
+    /// The record of `plan`, accepted by the apiserver at `now_s`; `prev`
+    /// is the pod's patch before it, if any.
     pub fn after(
         plan: &PatchPlan,
         now_s: f64,
-        prev: Option<&PodMemory>,
+        prev: Option<&LastPatch>,
         cfg: &PolicyConfig,
     ) -> Self {
-        let undoes = |p: &PodMemory| {
+        let undoes = |p: &LastPatch| {
             p.last_direction == Direction::Raise && plan.direction == Direction::Lower
         };
         let flaps = match prev {
@@ -99,7 +98,7 @@ pub enum Direction {
 pub struct PatchPlan {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     pub kind: PatchKind,
     /// Managed total before; `None` when a limit is being adopted.
     pub old_total_m: Option<Millis>,
@@ -132,7 +131,7 @@ impl HoldReason {
 pub struct Hold {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     pub reason: HoldReason,
     pub current_m: Option<Millis>,
     pub target_m: Millis,
@@ -202,19 +201,16 @@ fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
 ///
 /// Raise (target above current): only if the step is at least the dead band
 /// (`max(pct of current, m)`) or reaches the ceiling, and the pod's last
-/// patch is at least its cooldown old ([`PodMemory::raise_cooldown_s`]); a limit below the floor is
+/// patch is at least its cooldown old ([`LastPatch::raise_cooldown_s`]); a limit below the floor is
 /// raised at once. Lower: at once when the limit is above the ceiling, the
 /// target is the floor, the step is at least the lowering dead band, or the
 /// node is under pressure and the step is at least half of it. Every patch takes a token from `bucket`; the
-/// rest are held as `RateLimited` and come back next round.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one ordered pass: wanted patches, their priority, then tokens"
-)]
-pub fn plan(
+/// rest are held as `RateLimited` and come back next round. `last_patch`:
+/// the pod's last accepted patch, as the caller remembers it.
+pub fn plan<'m>(
     node: &NodeDecision,
     decisions: &[Decision],
-    memory: &HashMap<String, PodMemory>,
+    last_patch: impl Fn(&Uid) -> Option<&'m LastPatch>,
     now_s: f64,
     bucket: &mut TokenBucket,
     cfg: &PolicyConfig,
@@ -241,8 +237,7 @@ pub fn plan(
             continue;
         };
         if target > cur {
-            let cooling = memory
-                .get(&d.uid)
+            let cooling = last_patch(&d.uid)
                 .is_some_and(|m| now_s - m.last_patch_at_s < m.raise_cooldown_s(cfg));
             let step = target - cur;
             if cur < floor {
@@ -380,7 +375,7 @@ mod tests {
         let p = simple("a", 100, Some(200));
         let mem = HashMap::from([(
             p.uid.clone(),
-            PodMemory {
+            LastPatch {
                 last_patch_at_s: 100.0,
                 last_target_m: 200,
                 last_direction: Direction::Raise,
@@ -388,15 +383,15 @@ mod tests {
             },
         )]);
         let (n, ds) = decided(&p, 4000, 0, 0);
-        let out = plan(&n, &ds, &mem, 130.0, &mut big_bucket(), &cfg);
+        let out = plan(&n, &ds, |u| mem.get(u), 130.0, &mut big_bucket(), &cfg);
         assert!(out.patches.is_empty());
         assert_eq!(out.held[0].reason, HoldReason::Cooldown);
-        let out = plan(&n, &ds, &mem, 160.0, &mut big_bucket(), &cfg);
+        let out = plan(&n, &ds, |u| mem.get(u), 160.0, &mut big_bucket(), &cfg);
         assert_eq!(out.patches.len(), 1);
         // Lowering right after a patch: node full.
         let q = simple("a", 100, Some(400));
         let (n, ds) = decided(&q, 4000, 4000, 0);
-        let out = plan(&n, &ds, &mem, 101.0, &mut big_bucket(), &cfg);
+        let out = plan(&n, &ds, |u| mem.get(u), 101.0, &mut big_bucket(), &cfg);
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Lower);
         assert_eq!(out.patches[0].new_total_m, 100);
@@ -411,11 +406,11 @@ mod tests {
 
     /// An accepted patch of pod "a" in `dir`, as the caller records it.
     fn patched(
-        prev: Option<&PodMemory>,
+        prev: Option<&LastPatch>,
         dir: Direction,
         now_s: f64,
         cfg: &PolicyConfig,
-    ) -> PodMemory {
+    ) -> LastPatch {
         let plan = PatchPlan {
             namespace: "ns".into(),
             name: "a".into(),
@@ -426,7 +421,7 @@ mod tests {
             direction: dir,
             why: String::new(),
         };
-        PodMemory::after(&plan, now_s, prev, cfg)
+        LastPatch::after(&plan, now_s, prev, cfg)
     }
 
     #[test]
@@ -466,9 +461,23 @@ mod tests {
         let mem = HashMap::from([(p.uid.clone(), m)]);
         let (n, ds) = decided(&p, 4000, 0, 0);
         // 30 s after the second quick undo, not 15.
-        let out = plan(&n, &ds, &mem, 25.0 + 29.0, &mut big_bucket(), &cfg);
+        let out = plan(
+            &n,
+            &ds,
+            |u| mem.get(u),
+            25.0 + 29.0,
+            &mut big_bucket(),
+            &cfg,
+        );
         assert_eq!(out.held[0].reason, HoldReason::Cooldown);
-        let out = plan(&n, &ds, &mem, 25.0 + 30.0, &mut big_bucket(), &cfg);
+        let out = plan(
+            &n,
+            &ds,
+            |u| mem.get(u),
+            25.0 + 30.0,
+            &mut big_bucket(),
+            &cfg,
+        );
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Raise);
     }
@@ -565,7 +574,7 @@ mod tests {
         let (n, ds) = decide(&node(500, 0, 0), &inputs, &cfg);
         assert!(ds.iter().all(|d| d.target_m == Some(200)));
         let mut bucket = TokenBucket::new(1.0, 1);
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut bucket, &cfg);
+        let out = plan(&n, &ds, |_| None, 0.0, &mut bucket, &cfg);
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Lower);
         assert_eq!(

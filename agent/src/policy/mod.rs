@@ -5,9 +5,9 @@
 //!
 //! ```text
 //! decide(&NodeInputs, &[PodInput], &PolicyConfig) -> (NodeDecision, Vec<Decision>)
-//! plan(&NodeDecision, &[Decision], &HashMap<uid, PodMemory>, now_s, &mut TokenBucket, &PolicyConfig)
+//! plan(&NodeDecision, &[Decision], |uid| Option<&LastPatch>, now_s, &mut TokenBucket, &PolicyConfig)
 //!     -> PlanOutcome { patches: Vec<PatchPlan>, held: Vec<Hold> }
-//! PodMemory::after(&PatchPlan, now_s)   // caller records a patch the apiserver accepted
+//! LastPatch::after(&PatchPlan, now_s)   // caller records a patch the apiserver accepted
 //! eligibility(&PodView, &EligibilityCtx) -> Result<ManagedShape, Unmanaged>
 //! TokenBucket::new(rate_per_s, burst).try_take(now_s) -> bool
 //! ```
@@ -40,14 +40,14 @@ mod tests;
 
 use serde::Serialize;
 
-use crate::model::{DeclaredLimits, Millis, PodView};
+use crate::model::{DeclaredLimits, Millis, PodView, Uid};
 
 pub use bucket::TokenBucket;
 pub use config::{ConfigError, FloorMode, PolicyConfig};
 pub use eligibility::{EligibilityCtx, ManagedContainer, ManagedShape, Unmanaged, eligibility};
 pub use floors::Floor;
 pub use hysteresis::{
-    Direction, Hold, HoldReason, PatchKind, PatchPlan, PlanOutcome, PodMemory, plan,
+    Direction, Hold, HoldReason, LastPatch, PatchKind, PatchPlan, PlanOutcome, plan,
 };
 pub use writers::Yielded;
 
@@ -111,7 +111,7 @@ pub struct ContainerDecision {
 pub struct Decision {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     pub managed: bool,
     /// Why the pod is left alone (`None` when managed).
     pub reason: Option<Unmanaged>,

@@ -3,8 +3,6 @@
 //! `decide` + `plan`. Each part's own tests sit beside it; the fixtures
 //! they share are in [`fixtures`].
 
-use std::collections::HashMap;
-
 use proptest::prelude::*;
 
 use super::*;
@@ -50,7 +48,7 @@ fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
     let out = plan(
         &n,
         &ds,
-        &HashMap::new(),
+        |_| None,
         0.0,
         &mut bucket,
         &PolicyConfig::default(),
@@ -547,7 +545,7 @@ proptest! {
         let capacity = cfg.reserve_m + room + 1000;
         let inputs: Vec<PodInput> = views.iter().map(|p| input(p, 0)).collect();
         let (n, ds) = decide(&node(capacity, 0, 0), &inputs, &cfg);
-        let out = plan(&n, &ds, &HashMap::new(), 1e9, &mut TokenBucket::new(1000.0, 1000), &cfg);
+        let out = plan(&n, &ds, |_| None, 1e9, &mut TokenBucket::new(1000.0, 1000), &cfg);
         for (d, &(r, l)) in ds.iter().zip(&pods) {
             prop_assert!(d.managed, "{:?}", d.reason);
             prop_assert!(d.target_m.unwrap() >= l, "request {} limit {} target {:?} ceiling {:?}", r, l, d.target_m, d.ceiling_m);

@@ -39,11 +39,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
 
     async fn act_one(&mut self, view: &PodView, p: &PatchPlan, now: Duration) {
         if self.settings.dry_run {
-            let effects = on_dry_run(&mut self.memory, p);
+            let effects = on_dry_run(&mut self.records, p);
             self.apply(view, effects, now).await;
             return;
         }
-        if !self.memory.may_patch(&p.uid, now) {
+        if !self.records.may_patch(&p.uid, now) {
             return;
         }
         let req = ResizeRequest {
@@ -71,7 +71,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             }
         }
         let effects = on_outcome(
-            &mut self.memory,
+            &mut self.records,
             view,
             p,
             answer,

@@ -11,7 +11,7 @@ use crate::metrics;
 use crate::model::PodView;
 use crate::policy::Direction;
 
-fn metrics_dir(d: Direction) -> metrics::Direction {
+pub(super) fn metrics_dir(d: Direction) -> metrics::Direction {
     match d {
         Direction::Raise => metrics::Direction::raise,
         Direction::Lower => metrics::Direction::lower,
@@ -46,7 +46,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     generation,
                     direction,
                 } => {
-                    if let Some(d) = self.resizes.patched(&view.uid, generation, direction, now) {
+                    if let Some(d) = self.records.track(&view.uid, generation, direction, now) {
                         self.metrics
                             .resize(metrics::ResizeResult::superseded, metrics_dir(d));
                     }
