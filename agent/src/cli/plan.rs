@@ -250,10 +250,10 @@ impl Report<'_> {
                 ),
             );
         }
-        if let Some(y) = &d.yielded {
+        if let Some(y) = d.yielded() {
             return ("leave".into(), format!("not managed: {}", y.describe()));
         }
-        match d.reason {
+        match d.reason() {
             Some(r) => ("leave".into(), format!("not managed: {}", r.describe())),
             None => ("keep".into(), "limit is at its target".into()),
         }
@@ -306,7 +306,7 @@ impl Report<'_> {
         let w = keys.iter().map(String::len).max().unwrap_or(0).max(3);
         let mw = decisions
             .iter()
-            .map(|d| d.reason.map_or(3, |r| r.reason().len()))
+            .map(|d| d.reason().map_or(3, |r| r.reason().len()))
             .max()
             .unwrap_or(0)
             .max(7);
@@ -318,7 +318,7 @@ impl Report<'_> {
         let mut reasons = Vec::new();
         for (d, key) in decisions.iter().zip(&keys) {
             let (verb, why) = self.decision(d);
-            let managed = match d.reason {
+            let managed = match d.reason() {
                 None => "yes".to_string(),
                 Some(r) => r.reason().to_string(),
             };
@@ -338,8 +338,8 @@ impl Report<'_> {
                 limit,
                 m(self.usage_of(d)),
                 m(d.floor_m()),
-                m(d.ceiling_m),
-                m(d.target_m),
+                m(d.ceiling_m()),
+                m(d.target_m()),
                 verb,
             );
             reasons.push(format!("  {key}: {why}"));
@@ -363,16 +363,16 @@ impl Report<'_> {
                     "name": d.name,
                     "uid": d.uid,
                     "qos": self.qos_of(d),
-                    "managed": d.managed,
-                    "unmanaged_reason": d.reason.map(|r| r.reason()),
-                    "yielded_to": d.yielded,
+                    "managed": d.is_managed(),
+                    "unmanaged_reason": d.reason().map(|r| r.reason()),
+                    "yielded_to": d.yielded(),
                     "request_millicores": d.request_m,
-                    "limit_millicores": d.current_limit_m,
-                    "declared_limit_millicores": d.declared_limit_m,
+                    "limit_millicores": d.current_limit_m(),
+                    "declared_limit_millicores": d.managed().and_then(|m| m.declared_limit_m),
                     "usage_millicores": self.usage_of(d),
                     "floor_millicores": d.floor_m(),
-                    "ceiling_millicores": d.ceiling_m,
-                    "target_millicores": d.target_m,
+                    "ceiling_millicores": d.ceiling_m(),
+                    "target_millicores": d.target_m(),
                     "decision": verb,
                     "why": why,
                 })

@@ -8,7 +8,7 @@ use crate::model::{Millis, Uid};
 
 use super::bucket::TokenBucket;
 use super::config::PolicyConfig;
-use super::{Decision, Level, NodeDecision};
+use super::{Decision, Level, ManagedDecision, NodeDecision};
 
 /// The last patch of a pod the apiserver accepted: what the caller
 /// remembers between rounds for the raise cooldown.
@@ -137,6 +137,19 @@ pub struct Hold {
     pub target_m: Millis,
 }
 
+impl Hold {
+    fn of(d: &Decision, m: &ManagedDecision, reason: HoldReason) -> Self {
+        Self {
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+            uid: d.uid.clone(),
+            reason,
+            current_m: m.current_limit_m,
+            target_m: m.target_m,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct PlanOutcome {
     /// Lowerings first (largest first), then adoptions, then raises.
@@ -157,10 +170,11 @@ enum Cause {
 }
 
 impl Cause {
-    fn message(self, node: &NodeDecision, d: &Decision, target: Millis) -> String {
+    fn message(self, node: &NodeDecision, d: &ManagedDecision) -> String {
+        let target = d.target_m;
         let cur = d.current_limit_m.unwrap_or(0);
-        let floor = d.floor_m().unwrap_or(0);
-        let ceiling = d.ceiling_m.unwrap_or(0);
+        let floor = d.floor.floor_m;
+        let ceiling = d.ceiling_m;
         let slack = node.slack_m;
         match self {
             Cause::Adopt => {
@@ -218,22 +232,11 @@ pub fn plan<'m>(
     let mut out = PlanOutcome::default();
     // (priority class, magnitude, decision, direction, cause); the message
     // is formatted only for patches that get a token.
-    let mut wanted: Vec<(u8, Millis, &Decision, Direction, Cause)> = Vec::new();
-    for d in decisions.iter().filter(|d| d.managed) {
-        let (Some(target), Some(floor), Some(ceiling)) = (d.target_m, d.floor_m(), d.ceiling_m)
-        else {
-            continue;
-        };
-        let hold = |reason| Hold {
-            namespace: d.namespace.clone(),
-            name: d.name.clone(),
-            uid: d.uid.clone(),
-            reason,
-            current_m: d.current_limit_m,
-            target_m: target,
-        };
-        let Some(cur) = d.current_limit_m else {
-            wanted.push((1, target, d, Direction::Lower, Cause::Adopt));
+    let mut wanted: Vec<(u8, Millis, &Decision, &ManagedDecision, Direction, Cause)> = Vec::new();
+    for (d, m) in decisions.iter().filter_map(|d| Some((d, d.managed()?))) {
+        let (target, floor, ceiling) = (m.target_m, m.floor.floor_m, m.ceiling_m);
+        let Some(cur) = m.current_limit_m else {
+            wanted.push((1, target, d, m, Direction::Lower, Cause::Adopt));
             continue;
         };
         if target > cur {
@@ -241,15 +244,15 @@ pub fn plan<'m>(
                 .is_some_and(|m| now_s - m.last_patch_at_s < m.raise_cooldown_s(cfg));
             let step = target - cur;
             if cur < floor {
-                wanted.push((2, step, d, Direction::Raise, Cause::BelowFloor));
+                wanted.push((2, step, d, m, Direction::Raise, Cause::BelowFloor));
             } else if target < ceiling
                 && step < band(cur, cfg.raise_dead_band_pct, cfg.raise_dead_band_m)
             {
-                out.held.push(hold(HoldReason::DeadBand));
+                out.held.push(Hold::of(d, m, HoldReason::DeadBand));
             } else if cooling {
-                out.held.push(hold(HoldReason::Cooldown));
+                out.held.push(Hold::of(d, m, HoldReason::Cooldown));
             } else {
-                wanted.push((2, step, d, Direction::Raise, Cause::Slack));
+                wanted.push((2, step, d, m, Direction::Raise, Cause::Slack));
             }
         } else if target < cur {
             let step = cur - target;
@@ -274,8 +277,8 @@ pub fn plan<'m>(
                 None
             };
             match cause {
-                Some(c) => wanted.push((0, step, d, Direction::Lower, c)),
-                None => out.held.push(hold(HoldReason::DeadBand)),
+                Some(c) => wanted.push((0, step, d, m, Direction::Lower, c)),
+                None => out.held.push(Hold::of(d, m, HoldReason::DeadBand)),
             }
         }
     }
@@ -284,23 +287,16 @@ pub fn plan<'m>(
             .then(b.1.cmp(&a.1))
             .then_with(|| a.2.uid.cmp(&b.2.uid))
     });
-    for (_, _, d, direction, cause) in wanted {
-        let Some(target) = d.target_m else { continue };
+    for (_, _, d, m, direction, cause) in wanted {
+        let target = m.target_m;
         if !bucket.try_take(now_s) {
-            out.held.push(Hold {
-                namespace: d.namespace.clone(),
-                name: d.name.clone(),
-                uid: d.uid.clone(),
-                reason: HoldReason::RateLimited,
-                current_m: d.current_limit_m,
-                target_m: target,
-            });
+            out.held.push(Hold::of(d, m, HoldReason::RateLimited));
             continue;
         }
-        let kind = match d.level {
-            Some(Level::Pod) => PatchKind::PodLimit(target),
-            _ => PatchKind::ContainerLimits(
-                d.containers
+        let kind = match m.level {
+            Level::Pod => PatchKind::PodLimit(target),
+            Level::Containers => PatchKind::ContainerLimits(
+                m.containers
                     .iter()
                     .filter(|c| c.current_limit_m != Some(c.target_m))
                     .map(|c| (c.name.clone(), c.target_m))
@@ -312,10 +308,10 @@ pub fn plan<'m>(
             name: d.name.clone(),
             uid: d.uid.clone(),
             kind,
-            old_total_m: d.current_limit_m,
+            old_total_m: m.current_limit_m,
             new_total_m: target,
             direction,
-            why: cause.message(node, d, target),
+            why: cause.message(node, m),
         });
     }
     out
@@ -351,7 +347,7 @@ mod tests {
             &[input(&p, 1000)],
             &PolicyConfig::default(),
         );
-        assert_eq!(ds[0].target_m, Some(2530));
+        assert_eq!(ds[0].target_m(), Some(2530));
         let p2 = simple("a", 1000, Some(2490));
         let (n2, ds2) = decide(
             &node(1000 + 1530 + 100, 1000, 0),
@@ -513,7 +509,7 @@ mod tests {
         // Limit 400, slack gives target 380: -20m inside the band.
         let p = simple("a", 100, Some(400));
         let (n, ds) = decide(&node(100 + 280 + 100, 100, 0), &[input(&p, 100)], &cfg);
-        assert_eq!(ds[0].target_m, Some(380));
+        assert_eq!(ds[0].target_m(), Some(380));
         let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.held[0].reason, HoldReason::DeadBand);
         // Same with contention pressure: lower at once.
@@ -537,7 +533,7 @@ mod tests {
         for cap in 300..800 {
             // Bursting 300m above its request: what is owed comes out of it.
             let (n, ds) = decide(&node(cap, 400, 20), &[input(&p, 400)], &cfg);
-            let Some(t) = ds[0].target_m.filter(|t| *t < 400) else {
+            let Some(t) = ds[0].target_m().filter(|t| *t < 400) else {
                 continue;
             };
             assert!(n.under_pressure());
@@ -572,7 +568,7 @@ mod tests {
         let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
         // Slack 400: each target 200 → p2, p3 lower by 200; p0, p1 unchanged.
         let (n, ds) = decide(&node(500, 0, 0), &inputs, &cfg);
-        assert!(ds.iter().all(|d| d.target_m == Some(200)));
+        assert!(ds.iter().all(|d| d.target_m() == Some(200)));
         let mut bucket = TokenBucket::new(1.0, 1);
         let out = plan(&n, &ds, |_| None, 0.0, &mut bucket, &cfg);
         assert_eq!(out.patches.len(), 1);

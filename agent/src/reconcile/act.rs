@@ -99,7 +99,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let Some(d) = round
             .decisions
             .iter()
-            .find(|d| d.reason == Some(Unmanaged::PodLevelUnknown))
+            .find(|d| d.reason() == Some(Unmanaged::PodLevelUnknown))
         else {
             return;
         };

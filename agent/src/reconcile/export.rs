@@ -9,6 +9,7 @@ use crate::kube::pods::PodApi;
 use crate::metrics::{NodeValues, PodValues};
 use crate::model::{Millis, PodView};
 use crate::node_slack::{NodeSlack, booked_request};
+use crate::policy::Verdict;
 
 /// The node's gauges for this round; `allocatable` as the Node (or the
 /// flag) says.
@@ -54,8 +55,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
         let mut managed = 0;
         for d in &round.decisions {
-            match d.reason {
-                None => {
+            match &d.verdict {
+                Verdict::Managed(m) => {
                     managed += 1;
                     let throttled = throttled
                         .get(d.uid.as_str())
@@ -67,15 +68,15 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                         &d.name,
                         &PodValues {
                             request_millicores: d.request_m as f64,
-                            limit_millicores: d.current_limit_m.map(|m| m as f64),
-                            target_millicores: d.target_m.map(|m| m as f64),
+                            limit_millicores: m.current_limit_m.map(|m| m as f64),
+                            target_millicores: Some(m.target_m as f64),
                             usage_millicores: d.usage_m as f64,
                             throttled_ratio: throttled,
                         },
                     );
                 }
-                Some(r) => {
-                    *unmanaged.entry(r.reason().to_string()).or_default() += 1;
+                Verdict::Unmanaged { reason, .. } => {
+                    *unmanaged.entry(reason.reason().to_string()).or_default() += 1;
                     self.metrics.remove_pod_values(&d.namespace, &d.name);
                 }
             }

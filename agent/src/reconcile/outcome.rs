@@ -129,7 +129,7 @@ pub fn on_yields(
     let mut out = Vec::new();
     let mut now_yielded = std::collections::HashSet::new();
     for d in decisions {
-        let Some(y) = d.yielded.as_ref() else {
+        let Some(y) = d.yielded() else {
             continue;
         };
         now_yielded.insert(d.uid.as_str());

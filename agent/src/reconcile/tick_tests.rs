@@ -327,7 +327,7 @@ async fn idle_node_raises_and_a_conflict_is_reread_and_retried_once() {
         Reply::Applied { generation: 2 },
     ]);
     let round = h.tick().await.expect("a round");
-    assert_eq!(round.decisions[0].target_m, Some(400));
+    assert_eq!(round.decisions[0].target_m(), Some(400));
     let sent = h.resizes();
     assert_eq!(sent.len(), 2, "one send and one retry: {sent:?}");
     assert_eq!(sent[0], sent[1], "the retry sends the same patch");
@@ -590,9 +590,9 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
     for _ in 0..10 {
         let round = h.tick().await.expect("a round");
         let d = &round.decisions[0];
-        assert_eq!(d.reason, Some(crate::policy::Unmanaged::OtherWriter));
+        assert_eq!(d.reason(), Some(crate::policy::Unmanaged::OtherWriter));
         assert_eq!(
-            d.yielded.as_ref().map(|y| y.manager.as_str()),
+            d.yielded().as_ref().map(|y| y.manager.as_str()),
             Some("vpa-updater")
         );
     }
@@ -633,7 +633,7 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
     h.clock.fetch_add(60, Ordering::SeqCst);
     h.script([Reply::Applied { generation: 4 }]);
     let round = h.tick().await.expect("a round");
-    assert_eq!(round.decisions[0].reason, None);
+    assert_eq!(round.decisions[0].reason(), None);
     assert_eq!(
         h.resizes().last().map(|r| r.change.clone()),
         Some(app_limit(400))
