@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup};
+use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup, file};
 use crate::model::{Millis, PodView, Qos};
 
 /// What bounds the CPU pods can use, besides the cgroup tree itself.
@@ -136,7 +136,7 @@ pub fn online_cpus() -> u64 {
 /// Reading it from the tree keeps every node-level input under the one root
 /// (the agent's mount of the host's cgroupfs, a fixture, a simulated node).
 pub fn online_cpus_at(root: &std::path::Path) -> u64 {
-    crate::cgroup::read::read(&root.join("cpuset.cpus.effective"))
+    crate::cgroup::read::read(&root.join(file::CPUSET_CPUS_EFFECTIVE))
         .ok()
         .and_then(|b| cpu_list_len(std::str::from_utf8(&b).ok()?))
         .unwrap_or_else(online_cpus)
@@ -603,7 +603,7 @@ mod tests {
     #[test]
     fn online_cpus_come_from_the_root_cgroup_when_it_says() {
         let t = tempfile::tempdir().unwrap();
-        std::fs::write(t.path().join("cpuset.cpus.effective"), "0-7\n").unwrap();
+        std::fs::write(t.path().join(file::CPUSET_CPUS_EFFECTIVE), "0-7\n").unwrap();
         assert_eq!(online_cpus_at(t.path()), 8);
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(
