@@ -16,7 +16,7 @@ use headroom::contention::{self, Contention, Thresholds};
 use headroom::model::PodView;
 use headroom::node_slack::{self, CapacityInputs};
 use headroom::policy::{PolicyConfig, TokenBucket, plan};
-use headroom::reconcile::observe_round;
+use headroom::reconcile::decide_round;
 use headroom::testkit::{PodBuilder, container, resources};
 
 fn write(dir: &Path, cpu_max: &str, usage: u64) {
@@ -102,8 +102,8 @@ fn bench(c: &mut Criterion) {
         };
         let calm = Contention::default();
         let managed = contention::managed(&views, "n", &opted, Some(true), 0);
-        let round = |s: &node_slack::NodeSlack, c: &Contention| {
-            let r = observe_round(
+        let round = |s: &node_slack::NodeUsage, c: &Contention| {
+            let r = decide_round(
                 "n",
                 &views,
                 s,

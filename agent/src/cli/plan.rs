@@ -1,7 +1,7 @@
 //! `headroom-agent plan`: the agent's decision for every pod of a node, from
 //! files only — a cgroup tree sampled twice (or two recorded samples) and the
 //! node's pods and Node as JSON. Runs the same code as `run` (scan, slack,
-//! `observe_round`, `policy::plan`) with no cluster and no memory: every pod
+//! `decide_round`, `policy::plan`) with no cluster and no memory: every pod
 //! is seen for the first time, as after an agent start.
 
 use std::collections::{HashMap, HashSet};
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use headroom::cgroup;
 use headroom::model::{PodView, Uid};
-use headroom::node_slack::{CapacitySource, NodeSlack, booked_request};
+use headroom::node_slack::{CapacitySource, NodeUsage, booked_request};
 use headroom::policy::{Decision, PatchPlan, TokenBucket};
 use headroom::reconcile::Round;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -203,7 +203,7 @@ struct Report<'a> {
     qos: HashMap<Uid, &'static str>,
     /// The pod's CPU limit from its spec, by uid (`None`: unlimited).
     limits: HashMap<Uid, Option<u64>>,
-    slack: &'a NodeSlack,
+    slack: &'a NodeUsage,
     round: &'a Round,
     patches: &'a [PatchPlan],
     held: &'a [headroom::policy::Hold],

@@ -98,10 +98,10 @@ fn filled() -> Arc<Metrics> {
             throttled_ratio: 0.25,
         },
     );
-    m.resize(ResizeResult::applied, Direction::raise);
-    m.resize(ResizeResult::applied, Direction::raise);
-    m.resize(ResizeResult::refused, Direction::lower);
-    m.resize_verified(Direction::raise, 1.5);
+    m.resize(ResizeResult::applied, Direction::Raise);
+    m.resize(ResizeResult::applied, Direction::Raise);
+    m.resize(ResizeResult::refused, Direction::Lower);
+    m.resize_verified(Direction::Raise, 1.5);
     m.patch_error(PatchErrorClass::conflict);
     m.set_drift("ns", "web", &Target::Container("app".into()), true);
     m.set_drift("ns", "web", &Target::Pod, true);

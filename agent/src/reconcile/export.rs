@@ -8,14 +8,14 @@ use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::{NodeValues, PodValues};
 use crate::model::{Millis, PodView};
-use crate::node_slack::{NodeSlack, booked_request};
+use crate::node_slack::{NodeUsage, booked_request};
 use crate::policy::Verdict;
 
 /// The node's gauges for this round; `allocatable` as the Node (or the
 /// flag) says.
 pub fn node_values(
     views: &[PodView],
-    slack: &NodeSlack,
+    slack: &NodeUsage,
     round: &Round,
     allocatable: Option<Millis>,
 ) -> NodeValues {
@@ -41,7 +41,7 @@ pub fn node_values(
 }
 
 impl<P: PodApi, E: EventApi> Agent<P, E> {
-    pub(super) fn export(&self, views: &[PodView], slack: &NodeSlack, round: &Round) {
+    pub(super) fn export(&self, views: &[PodView], slack: &NodeUsage, round: &Round) {
         self.metrics
             .set_node(&node_values(views, slack, round, self.allocatable_m()));
         let throttled: HashMap<&str, Option<f64>> = slack

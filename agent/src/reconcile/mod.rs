@@ -1,11 +1,12 @@
 //! The reconciler: one tick = observe (scan cgroups, measure slack) →
-//! decide (pure policy) → act (resize patches) → verify (re-read cpu.max of
+//! decide (pure policy) → act (resize patches) → check (re-read cpu.max of
 //! patched pods; audit every pod for drift). Each stage has its file; what an
-//! answer or a verification means is pure ([`outcome`], [`memory`]) and
+//! answer or a verification means is pure ([`outcome`], [`records`]) and
 //! carried out by one executor (`effects.rs`). The Kubernetes calls go
 //! through [`PodApi`] and [`EventApi`], so a whole tick runs in a unit test.
 
 mod act;
+mod check;
 mod declared;
 mod effects;
 mod export;
@@ -13,7 +14,6 @@ mod observe;
 pub mod outcome;
 pub mod records;
 pub mod round;
-mod verify;
 
 #[cfg(test)]
 mod tick_tests;
@@ -40,7 +40,7 @@ use observe::{Observation, ScanState};
 use records::{Jitter, Records};
 
 pub use observe::{TickError, mark_roles};
-pub use round::{Known, Round, observe_round};
+pub use round::{Known, Round, decide_round};
 
 /// Settings of the `run` loop (flags of `headroom-agent run`).
 #[derive(Debug, Clone)]
@@ -169,7 +169,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         self.announce_yields(&obs.views, &round, now).await;
         self.probe_pod_level(&obs.views, &round, now).await;
         self.act(&obs.views, &patches, now).await;
-        self.verify(&obs, now).await;
+        self.check(&obs, now).await;
         let Observation {
             views,
             cur,
@@ -188,7 +188,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     fn decide(&mut self, obs: &Observation, now: Duration) -> (Round, Vec<PatchPlan>) {
         let t_decide = Instant::now();
         let opted = self.caches.opted_in_namespaces();
-        let round = observe_round(
+        let round = decide_round(
             &self.settings.node_name,
             &obs.views,
             &obs.slack,
@@ -236,10 +236,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// limiter's memory of it. A resize still in flight ends with it.
     fn forget(&mut self, uid: &str) {
         if let Some(r) = self.records.forget(uid).and_then(|r| r.resize) {
-            self.metrics.resize(
-                crate::metrics::ResizeResult::pod_gone,
-                effects::metrics_dir(r.direction()),
-            );
+            self.metrics
+                .resize(crate::metrics::ResizeResult::pod_gone, r.direction());
         }
         self.events.forget(uid);
     }

@@ -14,7 +14,7 @@ use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
 use crate::model::{Millis, PodView, Qos, Uid};
-use crate::node_slack::{self, CapacityInputs, NodeSlack, UsageBasis};
+use crate::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
 
 /// Minimum time between full scans triggered by a pod whose cgroup is not
 /// known yet (a Running pod without a cgroup must not force one every tick).
@@ -137,7 +137,7 @@ enum Want {
 pub(super) struct Observation {
     pub views: Vec<PodView>,
     pub cur: NodeSnapshot,
-    pub slack: NodeSlack,
+    pub slack: NodeUsage,
     /// Who waited for CPU this interval.
     pub contention: Contention,
     /// What managed pods give back for it, held across ticks.
@@ -318,7 +318,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         &self,
         prev: &NodeSnapshot,
         cur: &NodeSnapshot,
-        slack: &NodeSlack,
+        slack: &NodeUsage,
         views: &[PodView],
         managed: &HashSet<&str>,
     ) -> Contention {

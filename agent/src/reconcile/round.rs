@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::contention::Contention;
 use crate::model::{DeclaredLimits, Millis, PodView, Uid};
-use crate::node_slack::NodeSlack;
+use crate::node_slack::NodeUsage;
 use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
 
 /// What the agent remembers of a pod that the round reads (nothing on a
@@ -31,10 +31,10 @@ pub struct Round {
 /// are owed as the caller holds it ([`crate::contention::HeldDemand`]);
 /// `known` what the caller remembers of each pod.
 #[allow(clippy::too_many_arguments)]
-pub fn observe_round<'a>(
+pub fn decide_round<'a>(
     node_name: &str,
     views: &[PodView],
-    slack: &NodeSlack,
+    slack: &NodeUsage,
     contention: &Contention,
     owed_m: Millis,
     opted_in_namespaces: &HashSet<String>,

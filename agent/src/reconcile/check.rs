@@ -1,5 +1,6 @@
-//! Verify: follow in-flight resizes until `cpu.max` shows them, and audit
-//! every pod's cgroups for drift on full scans.
+//! Check: follow in-flight resizes until `cpu.max` shows them, and audit
+//! every pod's cgroups for drift on full scans (the pure parts are in
+//! [`crate::verify`]).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -33,7 +34,7 @@ pub fn cgroups_match(
 }
 
 impl<P: PodApi, E: EventApi> Agent<P, E> {
-    pub(super) async fn verify(&mut self, obs: &Observation, now: Duration) {
+    pub(super) async fn check(&mut self, obs: &Observation, now: Duration) {
         let cgroups: HashMap<&str, &PodCgroup> =
             obs.cur.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
         let outcomes = self.verify_resizes(&obs.views, &cgroups, now).await;
