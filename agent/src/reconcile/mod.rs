@@ -164,10 +164,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     pub async fn tick(&mut self) -> Option<Round> {
         let now = self.now();
         let obs = self.observe(now).await?;
-        self.learn_declared(&obs.views, now).await;
+        self.templates
+            .learn(&self.api, &mut self.records, &obs.views, now)
+            .await;
         let (round, patches) = self.decide(&obs, now);
         self.announce_yields(&obs.views, &round, now).await;
-        self.probe_pod_level(&obs.views, &round, now).await;
+        self.pod_level
+            .probe(&self.api, &self.settings.policy, &obs.views, &round, now)
+            .await;
         self.act(&obs.views, &patches, now).await;
         self.check(&obs, now).await;
         let Observation {
@@ -179,7 +183,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         } = obs;
         self.scan.finish(cur, full, now);
         self.forget_gone(&views);
-        self.export(&views, &slack, &round);
+        export::export(
+            &self.metrics,
+            &views,
+            &slack,
+            &round,
+            self.allocatable_m(),
+            self.scan.unreadable.len(),
+        );
         Some(round)
     }
 

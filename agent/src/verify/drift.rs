@@ -1,6 +1,7 @@
-//! Drift and resize verification as pure state machines. Time is passed in
-//! (`now`, a monotonic [`Duration`] since any fixed origin), so tests drive
-//! them without clocks.
+//! Drift and resize verification as pure state machines, one per pod (the
+//! reconciler keeps them in the pod's record, so they go with it). Time and
+//! grace are passed in (`now`, a monotonic [`Duration`] since any fixed
+//! origin), so tests drive them without clocks.
 
 use std::collections::HashMap;
 use std::time::Duration;
