@@ -82,7 +82,7 @@ fn cgroup(p: &PodView) -> PodCgroup {
         throttled_usec: None,
     });
     PodCgroup {
-        uid: p.uid.clone(),
+        uid: p.uid.to_string(),
         qos: p.qos,
         path,
         sample: Ok(CgroupSample {

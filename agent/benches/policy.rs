@@ -8,7 +8,6 @@
 //! median and p99 per round and the median per pod. `HEADROOM_BENCH_USAGE_M`
 //! (comma-separated millicores, default `32000`) picks other node loads.
 
-use std::collections::HashMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -69,7 +68,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     let cfg = PolicyConfig::default();
-    let memory = HashMap::new();
     println!("policy round (decide + plan), 64-core node");
     let usage_levels: Vec<u64> = std::env::var("HEADROOM_BENCH_USAGE_M")
         .ok()
@@ -99,7 +97,7 @@ fn main() {
                 let mut bucket = TokenBucket::from_config(&cfg);
                 let t0 = Instant::now();
                 let (nd, ds) = policy::decide(black_box(&node), black_box(&inputs), &cfg);
-                let out = policy::plan(&nd, &ds, &memory, 0.0, &mut bucket, &cfg);
+                let out = policy::plan(&nd, &ds, |_| None, 0.0, &mut bucket, &cfg);
                 let dt = t0.elapsed();
                 if k >= 100 {
                     samples.push(dt);

@@ -6,7 +6,7 @@
 //!
 //! `cargo bench -p headroom-agent --bench round`
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hint::black_box;
 use std::path::Path;
 
@@ -16,7 +16,7 @@ use headroom::contention::{self, Contention, Thresholds};
 use headroom::model::PodView;
 use headroom::node_slack::{self, CapacityInputs};
 use headroom::policy::{PolicyConfig, TokenBucket, plan};
-use headroom::reconcile::observe_round;
+use headroom::reconcile::decide_round;
 use headroom::testkit::{PodBuilder, container, resources};
 
 fn write(dir: &Path, cpu_max: &str, usage: u64) {
@@ -89,7 +89,6 @@ fn bench(c: &mut Criterion) {
         shared_pool_cpus: None,
     };
     let opted: HashSet<String> = ["bench".to_string()].into();
-    let floors = HashMap::new();
     let mut g = c.benchmark_group("round");
     for n in [110usize, 250, 500] {
         let t = tempfile::tempdir().unwrap();
@@ -104,29 +103,21 @@ fn bench(c: &mut Criterion) {
         };
         let calm = Contention::default();
         let managed = contention::managed(&views, "n", &opted, Some(true), 0);
-        let round = |s: &node_slack::NodeSlack, c: &Contention| {
-            let r = observe_round(
+        let round = |s: &node_slack::NodeUsage, c: &Contention| {
+            let r = decide_round(
                 "n",
                 &views,
                 s,
                 c,
                 c.demand_m,
                 &opted,
-                &floors,
-                &HashMap::new(),
+                |_| Default::default(),
                 Some(true),
                 0,
                 &cfg,
             );
             let mut bucket = TokenBucket::from_config(&cfg);
-            plan(
-                &r.node,
-                &r.decisions,
-                &HashMap::new(),
-                100.0,
-                &mut bucket,
-                &cfg,
-            )
+            plan(&r.node, &r.decisions, |_| None, 100.0, &mut bucket, &cfg)
         };
         g.bench_with_input(BenchmarkId::new("policy", n), &n, |b, _| {
             b.iter(|| black_box(round(&s, &calm)))

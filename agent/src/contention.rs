@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::cgroup::{CgroupSample, NodeSnapshot, PodCgroup, Pressure};
 use crate::model::{Millis, PodView};
-use crate::node_slack::NodeSlack;
+use crate::node_slack::NodeUsage;
 
 /// kubepods stall (Δ`some total` / interval) at or above which per-pod
 /// pressure is read. Any pod task that waits is a kubepods task that waits,
@@ -195,7 +195,7 @@ pub fn requests(views: &[PodView]) -> HashMap<&str, Millis> {
 pub fn attribute(
     prev: &NodeSnapshot,
     cur: &NodeSnapshot,
-    slack: &NodeSlack,
+    slack: &NodeUsage,
     requests: &HashMap<&str, Millis>,
     managed: &HashSet<&str>,
     earlier: &Contention,

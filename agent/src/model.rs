@@ -9,6 +9,72 @@ use std::fmt;
 /// CPU in millicores.
 pub type Millis = u64;
 
+/// An object's `metadata.uid` (a pod's, or its owner's): the key of what the
+/// agent remembers about it (a name can be reused by a new object; a uid
+/// cannot). Prints, debugs and
+/// serializes as the bare string, so logs and `explain` output read as before.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct Uid(String);
+
+impl Uid {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<String> for Uid {
+    fn from(s: String) -> Self {
+        Self(s)
+    }
+}
+
+impl From<&str> for Uid {
+    fn from(s: &str) -> Self {
+        Self(s.to_string())
+    }
+}
+
+// Reads as the string it is (a `&Uid` is a `&str` argument); a `&str` must
+// be turned into a `Uid` on purpose.
+impl std::ops::Deref for Uid {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+// Maps keyed by `Uid` are looked up by a cgroup's uid (`&str`) too.
+impl std::borrow::Borrow<str> for Uid {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for Uid {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Uid {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl fmt::Display for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Uid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
 /// Prefix of every Headroom annotation and label.
 pub const PREFIX: &str = "headroom.dev/";
 /// Pod annotation or namespace label `headroom.dev/managed`: `"true"` opts in;
@@ -107,7 +173,7 @@ pub struct ResizeState {
 pub struct PodView {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     pub node_name: Option<String>,
     pub generation: i64,
     pub resource_version: Option<String>,

@@ -1,14 +1,18 @@
-//! Node slack from two snapshots of the kubepods tree: capacity, usage,
-//! per-pod usage and throttling, pressure. Pure: no I/O except
-//! [`online_cpus`].
+//! What a node's slack is made of, from two snapshots of the kubepods tree:
+//! capacity, usage, per-pod usage and throttling, pressure ([`NodeUsage`]).
+//! Pure: no I/O except [`online_cpus`].
 //!
-//! Real slack here is `capacity − kubepods usage`, clamped at 0. The policy
-//! applies its own-burst correction (`Σ_managed min(u_i, r_i)`) and reserve on
-//! top, from the per-pod usage kept in [`NodeSlack::pods`].
+//! Three figures, three names. *Idle* is `capacity − kubepods usage`,
+//! clamped at 0 ([`NodeUsage::idle_m`]; `headroom-agent slack` shows it).
+//! *Slack* is the policy's (`NodeDecision::slack_m`): it applies its
+//! own-burst correction (`Σ_managed min(u_i, r_i)`), the reserve and what
+//! displaced pods are owed on top, from the per-pod usage kept in
+//! [`NodeUsage::pods`]. *Booked slack* is allocatable − requests, as the
+//! scheduler sees it (a gauge only).
 
 use std::collections::HashMap;
 
-use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup};
+use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup, file};
 use crate::model::{Millis, PodView, Qos};
 
 /// What bounds the CPU pods can use, besides the cgroup tree itself.
@@ -87,8 +91,11 @@ pub struct Stall {
     /// Σ pods' throttled time / interval, percent, at most `some_pct`.
     pub throttling_pct: f64,
     /// `some_pct − throttling_pct`: tasks that waited for a CPU others held,
-    /// whoever the others were (the pod's own threads included).
-    pub contention_pct: f64,
+    /// whoever the others were (the pod's own threads included). Raw, this
+    /// interval's; not the owed demand `headroom_node_cpu_contention_ratio`
+    /// holds across ticks. Serialized under its old name.
+    #[serde(rename = "contention_pct")]
+    pub queued_pct: f64,
 }
 
 impl Stall {
@@ -104,20 +111,24 @@ impl Stall {
         Some(Stall {
             some_pct,
             throttling_pct,
-            contention_pct: (some_pct - throttling_pct).max(0.0),
+            queued_pct: (some_pct - throttling_pct).max(0.0),
         })
     }
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct NodeSlack {
+pub struct NodeUsage {
     pub interval_us: u64,
     pub capacity_m: Millis,
     pub capacity_source: CapacitySource,
     pub usage_m: Millis,
     pub usage_basis: UsageBasis,
-    /// `capacity − usage`, at least 0.
-    pub slack_m: Millis,
+    /// `capacity − usage`, at least 0: idle CPU, not the policy's slack
+    /// (`NodeDecision::slack_m`, after reserve, requests and what is owed)
+    /// nor the booked slack (allocatable − requests). Serialized under its
+    /// old name.
+    #[serde(rename = "slack_m")]
+    pub idle_m: Millis,
     pub pressure_some_avg10: Option<f64>,
     pub pressure_full_avg10: Option<f64>,
     /// Stall over the interval; `None` without PSI on kubepods in both
@@ -142,7 +153,7 @@ pub fn online_cpus() -> u64 {
 /// Reading it from the tree keeps every node-level input under the one root
 /// (the agent's mount of the host's cgroupfs, a fixture, a simulated node).
 pub fn online_cpus_at(root: &std::path::Path) -> u64 {
-    crate::cgroup::read::read(&root.join("cpuset.cpus.effective"))
+    crate::cgroup::read::read(&root.join(file::CPUSET_CPUS_EFFECTIVE))
         .ok()
         .and_then(|b| cpu_list_len(std::str::from_utf8(&b).ok()?))
         .unwrap_or_else(online_cpus)
@@ -259,7 +270,7 @@ fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage 
 }
 
 /// Measures the node between two snapshots of the same node.
-pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> NodeSlack {
+pub fn measure(prev: &NodeSnapshot, cur: &NodeSnapshot, cap: CapacityInputs) -> NodeUsage {
     measure_with(prev, cur, cap, None)
 }
 
@@ -274,7 +285,7 @@ pub fn measure_with(
     cur: &NodeSnapshot,
     cap: CapacityInputs,
     older: Option<&NodeSnapshot>,
-) -> NodeSlack {
+) -> NodeUsage {
     let dt_us = cur.at_us.saturating_sub(prev.at_us);
     let (capacity_m, capacity_source) = capacity(&cur.kubepods, cap);
     let by_uid: HashMap<&str, &PodCgroup> = prev.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
@@ -313,7 +324,7 @@ pub fn measure_with(
         let sum = pods.iter().filter_map(|p| p.usage_m).sum();
         (sum, UsageBasis::PodSum)
     };
-    let slack_m = match usage_basis {
+    let idle_m = match usage_basis {
         UsageBasis::None => 0,
         _ => capacity_m.saturating_sub(usage_m),
     };
@@ -332,13 +343,13 @@ pub fn measure_with(
             }),
         _ => None,
     };
-    NodeSlack {
+    NodeUsage {
         interval_us: dt_us,
         capacity_m,
         capacity_source,
         usage_m,
         usage_basis,
-        slack_m,
+        idle_m,
         pressure_some_avg10: pressure.map(|p| p.some.avg10),
         pressure_full_avg10: pressure.and_then(|p| p.full.map(|f| f.avg10)),
         stall,
@@ -426,7 +437,7 @@ mod tests {
         assert_eq!(s.capacity_source, CapacitySource::NodeAllocatable);
         assert_eq!(s.usage_m, 1500);
         assert_eq!(s.usage_basis, UsageBasis::Kubepods);
-        assert_eq!(s.slack_m, 2300);
+        assert_eq!(s.idle_m, 2300);
     }
 
     #[test]
@@ -487,7 +498,7 @@ mod tests {
         let b = snap(1_000_000, sample(None, 5_000_000, 0, 0), vec![]);
         let s = measure(&a, &b, CAP);
         assert_eq!(s.usage_m, 5000);
-        assert_eq!(s.slack_m, 0);
+        assert_eq!(s.idle_m, 0);
     }
 
     #[test]
@@ -546,7 +557,7 @@ mod tests {
         let s = measure(&a, &b, CAP);
         assert_eq!(s.usage_basis, UsageBasis::PodSum);
         assert_eq!(s.usage_m, 500);
-        assert_eq!(s.slack_m, 3300);
+        assert_eq!(s.idle_m, 3300);
     }
 
     #[test]
@@ -589,9 +600,9 @@ mod tests {
         let b = snap(5, sample(None, 1_000, 0, 0), vec![]);
         let s = measure(&a, &b, CAP);
         assert_eq!(s.usage_basis, UsageBasis::None);
-        assert_eq!(s.slack_m, 0);
+        assert_eq!(s.idle_m, 0);
         let s = measure(&b, &a, CAP);
-        assert_eq!(s.slack_m, 0);
+        assert_eq!(s.idle_m, 0);
     }
 
     #[test]
@@ -639,7 +650,7 @@ mod tests {
     #[test]
     fn online_cpus_come_from_the_root_cgroup_when_it_says() {
         let t = tempfile::tempdir().unwrap();
-        std::fs::write(t.path().join("cpuset.cpus.effective"), "0-7\n").unwrap();
+        std::fs::write(t.path().join(file::CPUSET_CPUS_EFFECTIVE), "0-7\n").unwrap();
         assert_eq!(online_cpus_at(t.path()), 8);
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(
@@ -691,7 +702,7 @@ mod tests {
         let st = s.stall.unwrap();
         assert!((st.some_pct - 70.0).abs() < 1e-9);
         assert!((st.throttling_pct - 60.0).abs() < 1e-9);
-        assert!((st.contention_pct - 10.0).abs() < 1e-9);
+        assert!((st.queued_pct - 10.0).abs() < 1e-9);
     }
 
     #[test]
@@ -715,7 +726,7 @@ mod tests {
     #[test]
     fn stall_is_capped_and_absent_without_both_psi_readings() {
         let st = Stall::from_deltas(500_000, 2_000_000, 1_000_000).unwrap();
-        assert_eq!((st.throttling_pct, st.contention_pct), (50.0, 0.0));
+        assert_eq!((st.throttling_pct, st.queued_pct), (50.0, 0.0));
         assert_eq!(Stall::from_deltas(1, 1, 0), None);
         // PSI counter went backwards (cgroup recreated): unknown, not huge.
         let k0 = with_psi(sample(None, 0, 0, 0), 900_000);

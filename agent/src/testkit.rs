@@ -77,7 +77,7 @@ impl PodBuilder {
         PodBuilder(PodView {
             namespace: namespace.to_string(),
             name: name.to_string(),
-            uid: uid.to_string(),
+            uid: uid.into(),
             node_name: None,
             generation: 1,
             resource_version: None,

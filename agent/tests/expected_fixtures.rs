@@ -94,7 +94,7 @@ fn fixture_special_cases_are_audited() {
     };
     // pod-level 101m limit: pod reads 11000 (systemd rounding), accepted.
     let (f, p) = find("pod-level", "plr-101m");
-    let cg = f.snapshot.pods.iter().find(|c| c.uid == p.uid).unwrap();
+    let cg = f.snapshot.pods.iter().find(|c| c.uid == *p.uid).unwrap();
     let pod_max = cg.sample.as_ref().unwrap().cpu_max;
     assert_eq!(pod_max.quota_us, Some(11_000));
     assert_eq!(
@@ -154,13 +154,13 @@ fn an_altered_cpu_max_is_found_in_every_fixture() {
         );
         assert_eq!(bad[0].mismatches[0].actual, Observed::Value(altered));
         // The tracker turns it into drift only after the grace period.
-        let mut t = verify::DriftTracker::default();
-        let t0 = std::time::Duration::ZERO;
+        let mut t = verify::PodDrift::default();
+        let (t0, grace) = (std::time::Duration::ZERO, verify::DEFAULT_GRACE);
         assert!(
-            t.observe_pod(&limited.uid, &bad[0].mismatches, t0)
+            t.observe_pod(&limited.uid, &bad[0].mismatches, t0, grace)
                 .is_empty()
         );
-        let ev = t.observe_pod(&limited.uid, &bad[0].mismatches, verify::DEFAULT_GRACE);
+        let ev = t.observe_pod(&limited.uid, &bad[0].mismatches, grace, grace);
         assert_eq!(ev.len(), 2, "{}", f.name);
     }
 }

@@ -309,7 +309,7 @@ fn slack_reads_capacity_from_each_fixture() {
         let s = node_slack::measure(&a, &b, cap);
         // Same bytes twice: nothing used, all capacity is slack.
         assert_eq!(s.usage_m, 0, "{}", f.name);
-        assert_eq!(s.slack_m, s.capacity_m, "{}", f.name);
+        assert_eq!(s.idle_m, s.capacity_m, "{}", f.name);
         assert_eq!(s.pods.len(), f.pods.len());
         match a.kubepods.cpu_max.millicores() {
             Some(k) if k < alloc_m => {

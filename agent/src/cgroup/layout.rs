@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::file;
 use super::read::{self, ReadError};
 use super::types::{ContainerRole, Driver, Layout, Runtime};
 use crate::model::Qos;
@@ -83,7 +84,7 @@ pub fn discover(root: &Path) -> Result<Layout, LayoutError> {
     if !root.is_dir() {
         return Err(LayoutError::NoRoot(root.to_path_buf()));
     }
-    if !root.join("cgroup.controllers").is_file() {
+    if !root.join(file::CONTROLLERS).is_file() {
         return Err(LayoutError::NotCgroup2 {
             root: root.to_path_buf(),
             found: describe_non_v2(root),
@@ -94,7 +95,7 @@ pub fn discover(root: &Path) -> Result<Layout, LayoutError> {
     })?;
     let dir = root.join(&rel);
     let mut missing = Vec::new();
-    for f in ["cpu.max", "cpu.stat"] {
+    for f in [file::CPU_MAX, file::CPU_STAT] {
         let p = dir.join(f);
         // An unreadable kubepods is not one without the cpu controller.
         match read::is_file(&p) {
@@ -112,7 +113,7 @@ pub fn discover(root: &Path) -> Result<Layout, LayoutError> {
         }
     }
     if !missing.is_empty() {
-        let ctl = read::read(&dir.join("cgroup.controllers"))
+        let ctl = read::read(&dir.join(file::CONTROLLERS))
             .ok()
             .map(|b| String::from_utf8_lossy(&b).into_owned());
         let mut found = format!("no {}", missing.join(", no "));
@@ -141,9 +142,9 @@ fn describe_non_v2(root: &Path) -> String {
                 continue;
             }
             let p = e.path();
-            if p.join("cgroup.controllers").is_file() {
-                let ctl = std::fs::read_to_string(p.join("cgroup.controllers")).unwrap_or_default();
-                let cpu = if p.join("cpu.max").is_file() {
+            if p.join(file::CONTROLLERS).is_file() {
+                let ctl = std::fs::read_to_string(p.join(file::CONTROLLERS)).unwrap_or_default();
+                let cpu = if p.join(file::CPU_MAX).is_file() {
                     "has cpu.max"
                 } else {
                     "no cpu.max"
@@ -375,12 +376,9 @@ mod tests {
     }
 
     fn v2_kubepods(root: &Path, rel: &str) {
-        mkfile(
-            &root.join("cgroup.controllers"),
-            "cpuset cpu io memory pids\n",
-        );
-        mkfile(&root.join(rel).join("cpu.max"), "max 100000\n");
-        mkfile(&root.join(rel).join("cpu.stat"), "usage_usec 0\n");
+        mkfile(&root.join(file::CONTROLLERS), "cpuset cpu io memory pids\n");
+        mkfile(&root.join(rel).join(file::CPU_MAX), "max 100000\n");
+        mkfile(&root.join(rel).join(file::CPU_STAT), "usage_usec 0\n");
     }
 
     #[test]
@@ -423,7 +421,7 @@ mod tests {
     #[test]
     fn v2_without_kubepods_is_an_error() {
         let t = tempfile::tempdir().unwrap();
-        mkfile(&t.path().join("cgroup.controllers"), "cpu\n");
+        mkfile(&t.path().join(file::CONTROLLERS), "cpu\n");
         fs::create_dir_all(t.path().join("system.slice")).unwrap();
         let e = discover(t.path()).unwrap_err();
         assert!(matches!(e, LayoutError::NoKubepods { .. }), "{e}");
@@ -444,7 +442,7 @@ mod tests {
     #[test]
     fn kubepods_without_cpu_controller_is_an_error() {
         let t = tempfile::tempdir().unwrap();
-        mkfile(&t.path().join("cgroup.controllers"), "memory pids\n");
+        mkfile(&t.path().join(file::CONTROLLERS), "memory pids\n");
         mkfile(
             &t.path().join("kubepods.slice/cgroup.controllers"),
             "memory pids\n",

@@ -10,6 +10,17 @@
 //! and name rules), [`scan`] (one read of the whole tree into a
 //! [`NodeSnapshot`]).
 
+/// Names of the cgroup v2 interface files Headroom reads.
+pub mod file {
+    pub const CPU_MAX: &str = "cpu.max";
+    pub const CPU_STAT: &str = "cpu.stat";
+    pub const CPU_PRESSURE: &str = "cpu.pressure";
+    pub const CPU_WEIGHT: &str = "cpu.weight";
+    pub const CPUSET_CPUS_EFFECTIVE: &str = "cpuset.cpus.effective";
+    /// Present in every cgroup v2 directory: tells v2 from v1.
+    pub const CONTROLLERS: &str = "cgroup.controllers";
+}
+
 pub mod layout;
 pub mod parse;
 pub mod read;

@@ -334,12 +334,13 @@ pub mod seam {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::file;
     use std::time::{Duration, Instant};
 
     #[test]
     fn symlink_to_dev_zero_is_refused_not_followed() {
         let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("cpu.max");
+        let p = t.path().join(file::CPU_MAX);
         std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
         assert!(
             matches!(read(&p), Err(ReadError::Symlink)),
@@ -351,7 +352,7 @@ mod tests {
     #[test]
     fn fifo_is_refused_without_blocking() {
         let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("cpu.max");
+        let p = t.path().join(file::CPU_MAX);
         nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
         let t0 = Instant::now();
         let r = read(&p);
@@ -371,7 +372,7 @@ mod tests {
     #[test]
     fn reads_are_capped() {
         let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("cpu.max");
+        let p = t.path().join(file::CPU_MAX);
         std::fs::write(&p, vec![b'1'; MAX_FILE]).unwrap();
         assert_eq!(read(&p).unwrap().len(), MAX_FILE, "exactly the cap is read");
         std::fs::write(&p, vec![b'1'; 13 << 20]).unwrap();
@@ -425,7 +426,7 @@ mod tests {
     #[test]
     fn a_kept_handle_rereads_the_whole_file() {
         let t = tempfile::tempdir().unwrap();
-        let p = t.path().join("cpu.stat");
+        let p = t.path().join(file::CPU_STAT);
         std::fs::write(&p, "usage_usec 100000\n").unwrap();
         let mut h = Handles::keeping(4);
         let mut b = Buf::default();
@@ -522,7 +523,7 @@ mod tests {
         let mut h = Handles::for_root(&dir);
         assert!(h.keeps());
         let mut b = Buf::default();
-        let stat = dir.join("cpu.stat");
+        let stat = dir.join(file::CPU_STAT);
         h.read_into(&stat, &mut b).unwrap();
         assert!(b.bytes().starts_with(b"usage_usec "), "{:?}", b.bytes());
         h.read_into(&stat, &mut b).unwrap();

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::file;
 use super::layout::{container_name, pod_uid, qos_dir};
 use super::parse::{self, ParseError};
 use super::read::{self, Buf, Handles, ReadError};
@@ -166,9 +167,9 @@ impl Scanner {
                 pods.push(r.pod(p.uid.clone(), p.qos));
                 continue;
             }
-            let stat = r.required("cpu.stat", parse::cpu_stat);
+            let stat = r.required(file::CPU_STAT, parse::cpu_stat);
             let pressure = match (d, &stat) {
-                (Depth::StatPressure, Ok(_)) => r.optional("cpu.pressure", parse::pressure),
+                (Depth::StatPressure, Ok(_)) => r.optional(file::CPU_PRESSURE, parse::pressure),
                 _ => None,
             };
             let sample = match (stat, &p.sample) {
@@ -353,10 +354,10 @@ impl Reader<'_> {
     /// Reads every file before judging, so one bad file never hides
     /// another's good value from the issues list.
     fn sample(&mut self) -> Result<CgroupSample, CgroupError> {
-        let cpu_max = self.required("cpu.max", parse::cpu_max);
-        let cpu_stat = self.required("cpu.stat", parse::cpu_stat);
-        let pressure = self.optional("cpu.pressure", parse::pressure);
-        let weight = self.optional("cpu.weight", parse::weight);
+        let cpu_max = self.required(file::CPU_MAX, parse::cpu_max);
+        let cpu_stat = self.required(file::CPU_STAT, parse::cpu_stat);
+        let pressure = self.optional(file::CPU_PRESSURE, parse::pressure);
+        let weight = self.optional(file::CPU_WEIGHT, parse::weight);
         match (cpu_max, cpu_stat) {
             (Ok(cpu_max), Ok(cpu_stat)) => Ok(CgroupSample {
                 cpu_max,
@@ -379,9 +380,9 @@ impl Reader<'_> {
     /// writing kubepods' `cpu.max` raises an inotify event, hence an audit).
     fn counters(&mut self, index: &CgroupSample) -> Result<CgroupSample, CgroupError> {
         let cpu_stat = self
-            .required("cpu.stat", parse::cpu_stat)
+            .required(file::CPU_STAT, parse::cpu_stat)
             .map_err(|e| self.noted(e))?;
-        let pressure = self.optional("cpu.pressure", parse::pressure);
+        let pressure = self.optional(file::CPU_PRESSURE, parse::pressure);
         Ok(CgroupSample {
             cpu_stat,
             pressure,
@@ -424,7 +425,7 @@ impl Reader<'_> {
         ) {
             return None;
         }
-        self.optional("cpu.stat", parse::cpu_stat)
+        self.optional(file::CPU_STAT, parse::cpu_stat)
             .and_then(|s| s.throttled_usec)
     }
 
@@ -443,7 +444,7 @@ impl Reader<'_> {
                     };
                     self.path.push(name);
                     let cpu_max = self
-                        .required("cpu.max", parse::cpu_max)
+                        .required(file::CPU_MAX, parse::cpu_max)
                         .map_err(|e| self.noted(e));
                     let throttled_usec = self.container_throttled(&cpu_max);
                     containers.push(ContainerCgroup {
@@ -487,7 +488,7 @@ mod tests {
             .unwrap()
             .clone();
         fs::write(
-            t.path().join(&b.path).join("cpu.pressure"),
+            t.path().join(&b.path).join(file::CPU_PRESSURE),
             "some avg10=1.00 avg60=0.00 avg300=0.00 total=777\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=555\n",
         )
         .unwrap();
@@ -519,11 +520,11 @@ mod tests {
             .clone();
         let gdir = t.path().join(&g.path);
         fs::write(
-            gdir.join("cpu.stat"),
+            gdir.join(file::CPU_STAT),
             "usage_usec 900\nuser_usec 500\nsystem_usec 400\n",
         )
         .unwrap();
-        fs::write(gdir.join("cpu.max"), "70000 100000\n").unwrap();
+        fs::write(gdir.join(file::CPU_MAX), "70000 100000\n").unwrap();
         let only_g = |p: &PodCgroup, _: &CgroupSample| {
             if p.uid == g.uid {
                 Depth::Stat
@@ -547,8 +548,8 @@ mod tests {
         );
         // kubepods: counters afresh, cpu.max as the index read it.
         let kp = t.path().join("kubepods.slice");
-        fs::write(kp.join("cpu.max"), "400000 100000\n").unwrap();
-        fs::write(kp.join("cpu.stat"), "usage_usec 4242\n").unwrap();
+        fs::write(kp.join(file::CPU_MAX), "400000 100000\n").unwrap();
+        fs::write(kp.join(file::CPU_STAT), "usage_usec 4242\n").unwrap();
         let light = rescan(t.path(), &full, 5, only_g).unwrap();
         assert_eq!(light.kubepods.cpu_stat.usage_usec, 4242);
         assert_eq!(light.kubepods.cpu_max, full.kubepods.cpu_max);
@@ -599,24 +600,24 @@ mod tests {
 
     fn cg(dir: &Path, max: &str) {
         fs::create_dir_all(dir).unwrap();
-        fs::write(dir.join("cpu.max"), max).unwrap();
+        fs::write(dir.join(file::CPU_MAX), max).unwrap();
         fs::write(
-            dir.join("cpu.stat"),
+            dir.join(file::CPU_STAT),
             "usage_usec 100\nuser_usec 60\nsystem_usec 40\nnr_periods 10\nnr_throttled 1\nthrottled_usec 5\n",
         )
         .unwrap();
         fs::write(
-            dir.join("cpu.pressure"),
+            dir.join(file::CPU_PRESSURE),
             "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
         )
         .unwrap();
-        fs::write(dir.join("cpu.weight"), "100\n").unwrap();
+        fs::write(dir.join(file::CPU_WEIGHT), "100\n").unwrap();
     }
 
     fn tree() -> (tempfile::TempDir, Layout) {
         let t = tempfile::tempdir().unwrap();
         let r = t.path();
-        fs::write(r.join("cgroup.controllers"), "cpu memory\n").unwrap();
+        fs::write(r.join(file::CONTROLLERS), "cpu memory\n").unwrap();
         let kp = r.join("kubepods.slice");
         cg(&kp, "max 100000\n");
         let g = kp.join("kubepods-pod11111111_2222.slice");
@@ -668,7 +669,7 @@ mod tests {
         let (t, l) = tree();
         let kp = t.path().join("kubepods.slice");
         let g = kp.join("kubepods-pod11111111_2222.slice");
-        fs::write(g.join("cpu.stat"), "garbage\n").unwrap();
+        fs::write(g.join(file::CPU_STAT), "garbage\n").unwrap();
         fs::remove_file(g.join(format!("cri-containerd-{B}.scope/cpu.max"))).unwrap();
         let s = scan(t.path(), &l, 0).unwrap();
         let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
@@ -704,8 +705,8 @@ mod tests {
         let (t, l) = tree();
         let kp = t.path().join("kubepods.slice");
         let g = kp.join("kubepods-pod11111111_2222.slice");
-        fs::remove_file(g.join("cpu.pressure")).unwrap();
-        fs::remove_file(g.join("cpu.weight")).unwrap();
+        fs::remove_file(g.join(file::CPU_PRESSURE)).unwrap();
+        fs::remove_file(g.join(file::CPU_WEIGHT)).unwrap();
         let s = scan(t.path(), &l, 0).unwrap();
         let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
         let smp = gp.sample.as_ref().unwrap();
@@ -721,7 +722,7 @@ mod tests {
             .join("kubepods.slice/kubepods-pod11111111_2222.slice");
         let mut big = "x_unknown_key 1\n".repeat(1000);
         big.push_str("usage_usec 4242\n");
-        fs::write(g.join("cpu.stat"), big).unwrap();
+        fs::write(g.join(file::CPU_STAT), big).unwrap();
         let s = scan(t.path(), &l, 0).unwrap();
         let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
         assert_eq!(gp.sample.as_ref().unwrap().cpu_stat.usage_usec, 4242);
@@ -777,12 +778,12 @@ mod tests {
         let kp = t.path().join("kubepods.slice");
         let g = kp.join("kubepods-pod11111111_2222.slice");
         fs::write(
-            kp.join("cpu.pressure"),
+            kp.join(file::CPU_PRESSURE),
             "some avg10=nan avg60=0 avg300=0 total=0\n",
         )
         .unwrap();
-        fs::write(g.join("cpu.pressure"), "garbage\n").unwrap();
-        fs::write(g.join("cpu.weight"), "0\n").unwrap();
+        fs::write(g.join(file::CPU_PRESSURE), "garbage\n").unwrap();
+        fs::write(g.join(file::CPU_WEIGHT), "0\n").unwrap();
         let s = scan(t.path(), &l, 0).unwrap();
         assert_eq!(s.kubepods.pressure, None);
         let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
@@ -807,9 +808,9 @@ mod tests {
         let kp = t.path().join("kubepods.slice");
         let g = kp.join("kubepods-pod11111111_2222.slice");
         // open(2) on a Unix socket fails with ENXIO: an I/O error, not absence.
-        fs::remove_file(g.join("cpu.max")).unwrap();
-        let _sock = std::os::unix::net::UnixListener::bind(g.join("cpu.max")).unwrap();
-        fs::write(g.join("cpu.weight"), "many\n").unwrap();
+        fs::remove_file(g.join(file::CPU_MAX)).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(g.join(file::CPU_MAX)).unwrap();
+        fs::write(g.join(file::CPU_WEIGHT), "many\n").unwrap();
         let s = scan(t.path(), &l, 0).unwrap();
         let gp = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
         let e = gp.sample.as_ref().unwrap_err();
@@ -835,11 +836,11 @@ mod tests {
         let kp = t.path().join("kubepods.slice");
         let g = kp.join("kubepods-pod11111111_2222.slice");
         let bu = kp.join("kubepods-burstable.slice/kubepods-burstable-pod33333333_4444.slice");
-        fs::remove_file(g.join("cpu.max")).unwrap();
-        std::os::unix::fs::symlink("/dev/zero", g.join("cpu.max")).unwrap();
-        fs::remove_file(bu.join("cpu.max")).unwrap();
+        fs::remove_file(g.join(file::CPU_MAX)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", g.join(file::CPU_MAX)).unwrap();
+        fs::remove_file(bu.join(file::CPU_MAX)).unwrap();
         nix::unistd::mkfifo(
-            &bu.join("cpu.max"),
+            &bu.join(file::CPU_MAX),
             nix::sys::stat::Mode::from_bits_truncate(0o644),
         )
         .unwrap();
@@ -877,8 +878,8 @@ mod tests {
             assert!(e.to_string().len() < 300, "{e}");
         }
         // kubepods itself: the tick fails, with a short message.
-        fs::remove_file(kp.join("cpu.max")).unwrap();
-        std::os::unix::fs::symlink("/dev/zero", kp.join("cpu.max")).unwrap();
+        fs::remove_file(kp.join(file::CPU_MAX)).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", kp.join(file::CPU_MAX)).unwrap();
         let e = scan(t.path(), &l, 0).unwrap_err().to_string();
         assert!(e.contains("symlink"), "{e}");
     }

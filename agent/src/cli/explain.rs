@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use headroom::cgroup;
 use headroom::model::PodView;
+use headroom::policy::{Level, Verdict};
 use headroom::quantity;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
@@ -122,23 +123,25 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         bail!("pod {ns}/{name} is not readable as a pod of node {node_name}");
     };
     if a.json {
-        let out = serde_json::json!({ "node": round.node, "pod": d, "reason": d.reason.map(|r| r.reason()) });
+        let out = serde_json::json!({ "node": round.node, "pod": d, "reason": d.reason().map(|r| r.reason()) });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
     let m = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v}m"));
     println!("pod {ns}/{name} on node {node_name}");
-    match d.reason {
-        None => println!(
+    match &d.verdict {
+        Verdict::Managed(m) => println!(
             "  managed:        yes ({})",
-            match d.level {
-                Some(headroom::policy::Level::Pod) => "pod-level limit",
-                _ => "container limits",
+            match m.level {
+                Level::Pod => "pod-level limit",
+                Level::Containers => "container limits",
             }
         ),
-        Some(r) => println!("  managed:        no — {} ({})", r.reason(), r.describe()),
+        Verdict::Unmanaged { reason: r, .. } => {
+            println!("  managed:        no — {} ({})", r.reason(), r.describe());
+        }
     }
-    if let Some(y) = &d.yielded {
+    if let Some(y) = d.yielded() {
         println!("  other writer:   {}", y.describe());
         println!(
             "                  to hand the limits back: kubectl annotate pod -n {ns} {name} --overwrite {}=$(date -u +%Y-%m-%dT%H:%M:%SZ)",
@@ -148,18 +151,21 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     println!("  request:        {}m", d.request_m);
     println!("  usage:          {}m", d.usage_m);
     println!("  floor:          {}", m(d.floor_m()));
-    println!("  ceiling:        {}", m(d.ceiling_m));
+    println!("  ceiling:        {}", m(d.ceiling_m()));
     println!(
         "  current limit:  {}",
-        if d.managed {
-            m(d.current_limit_m).replace('-', "unlimited")
+        if d.is_managed() {
+            m(d.current_limit_m()).replace('-', "unlimited")
         } else {
             "-".into()
         }
     );
-    println!("  share of slack: {}m", d.share_m);
-    println!("  target:         {}", m(d.target_m));
-    for c in &d.containers {
+    let (share_m, containers) = d
+        .managed()
+        .map_or((0, &[][..]), |p| (p.share_m, &p.containers[..]));
+    println!("  share of slack: {share_m}m");
+    println!("  target:         {}", m(d.target_m()));
+    for c in containers {
         println!(
             "    container {}: request {}m, limit {}, target {}m",
             c.name,

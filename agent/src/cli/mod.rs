@@ -112,10 +112,10 @@ pub(crate) fn stateless_round(
     cgroup_root: &std::path::Path,
     opted: &std::collections::HashSet<String>,
     policy: &headroom::policy::PolicyConfig,
-) -> (headroom::node_slack::NodeSlack, headroom::reconcile::Round) {
+) -> (headroom::node_slack::NodeUsage, headroom::reconcile::Round) {
     use headroom::contention::{self, Thresholds};
     use headroom::node_slack::{self, CapacityInputs};
-    use headroom::reconcile::{mark_roles, observe_round};
+    use headroom::reconcile::{decide_round, mark_roles};
     mark_roles(&mut prev.pods, views);
     mark_roles(&mut cur.pods, views);
     let cpus = node_slack::online_cpus_at(cgroup_root);
@@ -146,15 +146,14 @@ pub(crate) fn stateless_round(
         &contention::Contention::default(),
         t,
     );
-    let round = observe_round(
+    let round = decide_round(
         node_name,
         views,
         &s,
         &c,
         c.demand_m,
         opted,
-        &Default::default(),
-        &Default::default(),
+        |_| Default::default(),
         None,
         wall_clock_s,
         policy,

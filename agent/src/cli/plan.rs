@@ -1,7 +1,7 @@
 //! `headroom-agent plan`: the agent's decision for every pod of a node, from
 //! files only — a cgroup tree sampled twice (or two recorded samples) and the
 //! node's pods and Node as JSON. Runs the same code as `run` (scan, slack,
-//! `observe_round`, `policy::plan`) with no cluster and no memory: every pod
+//! `decide_round`, `policy::plan`) with no cluster and no memory: every pod
 //! is seen for the first time, as after an agent start.
 
 use std::collections::{HashMap, HashSet};
@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use headroom::cgroup;
-use headroom::model::PodView;
-use headroom::node_slack::{CapacitySource, NodeSlack, booked_request};
+use headroom::model::{PodView, Uid};
+use headroom::node_slack::{CapacitySource, NodeUsage, booked_request};
 use headroom::policy::{Decision, PatchPlan, TokenBucket};
 use headroom::reconcile::Round;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -123,7 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let outcome = headroom::policy::plan(
         &round.node,
         &round.decisions,
-        &HashMap::new(),
+        |_| None,
         0.0,
         &mut bucket,
         &policy,
@@ -200,10 +200,10 @@ fn read_pods(p: &Path) -> anyhow::Result<Vec<Pod>> {
 struct Report<'a> {
     node_name: &'a str,
     /// QoS class by pod uid, from the pods' status.
-    qos: HashMap<String, &'static str>,
+    qos: HashMap<Uid, &'static str>,
     /// The pod's CPU limit from its spec, by uid (`None`: unlimited).
-    limits: HashMap<String, Option<u64>>,
-    slack: &'a NodeSlack,
+    limits: HashMap<Uid, Option<u64>>,
+    slack: &'a NodeUsage,
     round: &'a Round,
     patches: &'a [PatchPlan],
     held: &'a [headroom::policy::Hold],
@@ -227,7 +227,7 @@ pub fn capacity_source(c: CapacitySource) -> &'static str {
 impl Report<'_> {
     /// What happens to a pod: the patch, the hold, or nothing.
     fn decision(&self, d: &Decision) -> (String, String) {
-        if let Some(p) = self.patches.iter().find(|p| p.uid == d.uid) {
+        if let Some(p) = self.patches.iter().find(|p| p.uid == *d.uid) {
             let verb = match (p.old_total_m, p.direction) {
                 (None, _) => "adopt",
                 (_, headroom::policy::Direction::Raise) => "raise",
@@ -251,10 +251,10 @@ impl Report<'_> {
                 ),
             );
         }
-        if let Some(y) = &d.yielded {
+        if let Some(y) = d.yielded() {
             return ("leave".into(), format!("not managed: {}", y.describe()));
         }
-        match d.reason {
+        match d.reason() {
             Some(r) => ("leave".into(), format!("not managed: {}", r.describe())),
             None => ("keep".into(), "limit is at its target".into()),
         }
@@ -264,7 +264,7 @@ impl Report<'_> {
         self.slack
             .pods
             .iter()
-            .find(|p| p.uid == d.uid)
+            .find(|p| p.uid == *d.uid)
             .and_then(|p| p.usage_m)
     }
 
@@ -307,7 +307,7 @@ impl Report<'_> {
         let w = keys.iter().map(String::len).max().unwrap_or(0).max(3);
         let mw = decisions
             .iter()
-            .map(|d| d.reason.map_or(3, |r| r.reason().len()))
+            .map(|d| d.reason().map_or(3, |r| r.reason().len()))
             .max()
             .unwrap_or(0)
             .max(7);
@@ -319,7 +319,7 @@ impl Report<'_> {
         let mut reasons = Vec::new();
         for (d, key) in decisions.iter().zip(&keys) {
             let (verb, why) = self.decision(d);
-            let managed = match d.reason {
+            let managed = match d.reason() {
                 None => "yes".to_string(),
                 Some(r) => r.reason().to_string(),
             };
@@ -339,8 +339,8 @@ impl Report<'_> {
                 limit,
                 m(self.usage_of(d)),
                 m(d.floor_m()),
-                m(d.ceiling_m),
-                m(d.target_m),
+                m(d.ceiling_m()),
+                m(d.target_m()),
                 verb,
             );
             reasons.push(format!("  {key}: {why}"));
@@ -364,16 +364,16 @@ impl Report<'_> {
                     "name": d.name,
                     "uid": d.uid,
                     "qos": self.qos_of(d),
-                    "managed": d.managed,
-                    "unmanaged_reason": d.reason.map(|r| r.reason()),
-                    "yielded_to": d.yielded,
+                    "managed": d.is_managed(),
+                    "unmanaged_reason": d.reason().map(|r| r.reason()),
+                    "yielded_to": d.yielded(),
                     "request_millicores": d.request_m,
-                    "limit_millicores": d.current_limit_m,
-                    "declared_limit_millicores": d.declared_limit_m,
+                    "limit_millicores": d.current_limit_m(),
+                    "declared_limit_millicores": d.managed().and_then(|m| m.declared_limit_m),
                     "usage_millicores": self.usage_of(d),
                     "floor_millicores": d.floor_m(),
-                    "ceiling_millicores": d.ceiling_m,
-                    "target_millicores": d.target_m,
+                    "ceiling_millicores": d.ceiling_m(),
+                    "target_millicores": d.target_m(),
                     "decision": verb,
                     "why": why,
                 })

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use headroom::cgroup::{self, CpuMax, NodeSnapshot};
-use headroom::node_slack::{self, CapacityInputs, NodeSlack, UsageBasis};
+use headroom::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
 use serde_json::{Value, json};
 
 #[derive(Debug, clap::Args)]
@@ -97,7 +97,7 @@ pub fn incomplete(cur: &NodeSnapshot) -> bool {
             .any(cgroup::CgroupError::is_permission_denied)
 }
 
-fn usage_source(s: &NodeSlack) -> &'static str {
+fn usage_source(s: &NodeUsage) -> &'static str {
     match s.usage_basis {
         UsageBasis::Kubepods => "kubepods cpu.stat",
         UsageBasis::PodSum => {
@@ -112,7 +112,7 @@ fn max_m(m: &Result<CpuMax, cgroup::CgroupError>) -> Option<u64> {
 }
 
 /// One JSON object: `node` summary and `pods`, in the snapshot's order.
-pub fn report_json(cur: &NodeSnapshot, s: &NodeSlack) -> Value {
+pub fn report_json(cur: &NodeSnapshot, s: &NodeUsage) -> Value {
     let pods: Vec<Value> = cur
         .pods
         .iter()
@@ -155,7 +155,7 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeSlack) -> Value {
             "usage_millicores": s.usage_m,
             "usage_basis": s.usage_basis,
             "usage_source": usage_source(s),
-            "slack_millicores": s.slack_m,
+            "slack_millicores": s.idle_m,
             "pressure_some_avg10": s.pressure_some_avg10,
             "pressure_full_avg10": s.pressure_full_avg10,
             "stall": s.stall,
@@ -188,7 +188,7 @@ fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
 )]
 pub fn report_text(
     cur: &NodeSnapshot,
-    s: &NodeSlack,
+    s: &NodeUsage,
     names: &std::collections::HashMap<&str, String>,
 ) -> String {
     let mut o = String::new();
@@ -206,7 +206,7 @@ pub fn report_text(
         s.capacity_m,
         super::plan::capacity_source(s.capacity_source),
         s.usage_m,
-        s.slack_m,
+        s.idle_m,
         psi(s.pressure_some_avg10),
         psi(s.pressure_full_avg10),
         s.interval_us as f64 / 1e6,
@@ -216,7 +216,7 @@ pub fn report_text(
         let _ = writeln!(
             o,
             "  cpu stall over the interval {:.1}%: own CFS throttling {:.1}%, contention {:.1}%",
-            st.some_pct, st.throttling_pct, st.contention_pct
+            st.some_pct, st.throttling_pct, st.queued_pct
         );
     }
     let _ = writeln!(o, "  usage source: {}", usage_source(s));

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 pub use kube::runtime::events::EventType;
 use kube::runtime::events::{Event, Recorder, Reporter};
 
-use crate::model::PodView;
+use crate::model::{PodView, Uid};
 
 pub const REASON_RESIZED: &str = "HeadroomResized";
 pub const REASON_REFUSED: &str = "HeadroomResizeRefused";
@@ -25,7 +25,7 @@ pub const REASON_YIELDED: &str = "HeadroomYielded";
 pub struct EventLimiter {
     interval: Duration,
     burst: usize,
-    last: HashMap<(String, &'static str), Duration>,
+    last: HashMap<(Uid, &'static str), Duration>,
     window_start: Duration,
     in_window: usize,
 }
@@ -50,7 +50,7 @@ impl EventLimiter {
         if self.in_window >= self.burst {
             return false;
         }
-        let key = (pod_uid.to_string(), reason);
+        let key = (Uid::from(pod_uid), reason);
         if let Some(t) = self.last.get(&key)
             && now.saturating_sub(*t) < self.interval
         {
@@ -63,11 +63,11 @@ impl EventLimiter {
 
     /// Drops the memory of a pod that is gone.
     pub fn forget(&mut self, pod_uid: &str) {
-        self.last.retain(|(uid, _), _| uid != pod_uid);
+        self.last.retain(|(uid, _), _| uid.as_str() != pod_uid);
     }
 
     /// Pods (uids) with an event remembered (once per reason).
-    pub fn uids(&self) -> impl Iterator<Item = &String> {
+    pub fn uids(&self) -> impl Iterator<Item = &Uid> {
         self.last.keys().map(|(uid, _)| uid)
     }
 }
@@ -78,7 +78,7 @@ pub fn pod_reference(pod: &PodView) -> ObjectReference {
         kind: Some("Pod".into()),
         namespace: Some(pod.namespace.clone()),
         name: Some(pod.name.clone()),
-        uid: Some(pod.uid.clone()),
+        uid: Some(pod.uid.to_string()),
         resource_version: pod.resource_version.clone(),
         field_path: None,
     }
@@ -155,7 +155,7 @@ impl<R: EventApi> EventSink<R> {
     }
 
     /// Pods (uids) the rate limiter remembers an event of.
-    pub fn uids(&self) -> impl Iterator<Item = &String> {
+    pub fn uids(&self) -> impl Iterator<Item = &Uid> {
         self.limiter.uids()
     }
 }
@@ -217,7 +217,7 @@ mod tests {
         assert!(l.allow("a", REASON_DRIFT, S(0)));
         assert!(l.allow("a", REASON_DRIFT_CLEARED, S(0)));
         assert!(l.allow("b", REASON_RESIZED, S(0)));
-        let mut uids: Vec<&str> = l.uids().map(String::as_str).collect();
+        let mut uids: Vec<&str> = l.uids().map(Uid::as_str).collect();
         uids.sort_unstable();
         assert_eq!(uids, ["a", "a", "b"]);
         l.forget("a");

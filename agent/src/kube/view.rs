@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 use crate::model::{
     ContainerKind, ContainerSpec, ContainerState, DeclaredLimits, FIELD_MANAGER, LimitWriter,
-    Millis, OwnerRef, PodView, Qos, ResizePolicy, ResizeState, Resources, compute_qos,
+    Millis, OwnerRef, PodView, Qos, ResizePolicy, ResizeState, Resources, Uid, compute_qos,
 };
 use crate::quantity;
 
@@ -87,7 +87,7 @@ impl TryFrom<&Pod> for PodView {
                 .name
                 .clone()
                 .ok_or(ViewError::Missing("metadata.name"))?,
-            uid: meta.uid.clone().ok_or(ViewError::Missing("metadata.uid"))?,
+            uid: Uid::from(meta.uid.clone().ok_or(ViewError::Missing("metadata.uid"))?),
             node_name: spec.node_name.clone(),
             generation: meta.generation.unwrap_or(0),
             resource_version: meta.resource_version.clone(),

@@ -2,7 +2,9 @@
 //! vocabularies (result, direction, error class, scan error kind) a
 //! dashboard or alert matches on.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+
+pub use crate::policy::Direction;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodLabels {
@@ -40,11 +42,16 @@ pub enum ResizeResult {
     dry_run,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Direction {
-    raise,
-    lower,
+/// `direction="raise"` / `"lower"`: the policy's own type, so the reconciler
+/// needs no second one.
+impl EncodeLabelValue for Direction {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let s = match self {
+            Direction::Raise => "raise",
+            Direction::Lower => "lower",
+        };
+        EncodeLabelValue::encode(&s, encoder)
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

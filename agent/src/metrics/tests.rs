@@ -66,6 +66,15 @@ fn find<'a>(s: &'a Scrape, metric: &str, labels: &[(&str, &str)]) -> Vec<&'a Sam
         .collect()
 }
 
+/// `headroom_cgroup_drift_events_total{cgroup="pod"}`.
+fn pod_drift_events(s: &Scrape) -> f64 {
+    value(
+        s,
+        "headroom_cgroup_drift_events_total",
+        &[("cgroup", "pod")],
+    )
+}
+
 fn value(s: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
     let found = find(s, metric, labels);
     assert_eq!(found.len(), 1, "{metric} {labels:?}: {found:?}");
@@ -98,10 +107,10 @@ fn filled() -> Arc<Metrics> {
             throttled_ratio: 0.25,
         },
     );
-    m.resize(ResizeResult::applied, Direction::raise);
-    m.resize(ResizeResult::applied, Direction::raise);
-    m.resize(ResizeResult::refused, Direction::lower);
-    m.resize_verified(Direction::raise, 1.5);
+    m.resize(ResizeResult::applied, Direction::Raise);
+    m.resize(ResizeResult::applied, Direction::Raise);
+    m.resize(ResizeResult::refused, Direction::Lower);
+    m.resize_verified(Direction::Raise, 1.5);
     m.patch_error(PatchErrorClass::conflict);
     m.set_drift("ns", "web", &Target::Container("app".into()), true);
     m.set_drift("ns", "web", &Target::Pod, true);
@@ -187,14 +196,7 @@ async fn scrape_parses_and_reports_set_values() {
     let app = [("namespace", "ns"), ("pod", "web"), ("container", "app")];
     assert_eq!(value(&s, "headroom_cgroup_drift", &app), 1.0);
     assert_eq!(find(&s, "headroom_cgroup_drift", &pod).len(), 2);
-    assert_eq!(
-        value(
-            &s,
-            "headroom_cgroup_drift_events_total",
-            &[("cgroup", "pod")]
-        ),
-        1.0
-    );
+    assert_eq!(pod_drift_events(&s), 1.0);
     assert_eq!(value(&s, "headroom_pods", &[("state", "managed")]), 3.0);
     let unmanaged = [("state", "unmanaged"), ("reason", "not-burstable")];
     assert_eq!(value(&s, "headroom_pods", &unmanaged), 2.0);
@@ -255,14 +257,7 @@ async fn vanished_pod_drops_its_series() {
         1
     );
     // The node-level drift counter survives the pod.
-    assert_eq!(
-        value(
-            &s,
-            "headroom_cgroup_drift_events_total",
-            &[("cgroup", "pod")]
-        ),
-        1.0
-    );
+    assert_eq!(pod_drift_events(&s), 1.0);
 }
 
 #[test]

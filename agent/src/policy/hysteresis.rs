@@ -2,19 +2,18 @@
 //! (longer for a pod whose raises keep being undone), lowerings go out at
 //! once, and a node-wide token bucket caps the rate.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::model::Millis;
+use crate::model::{Millis, Uid};
 
 use super::bucket::TokenBucket;
 use super::config::PolicyConfig;
-use super::{Decision, Level, NodeDecision};
+use super::{Decision, Level, ManagedDecision, NodeDecision};
 
-/// What the caller remembers about a pod between rounds (keyed by uid).
+/// The last patch of a pod the apiserver accepted: what the caller
+/// remembers between rounds for the raise cooldown.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct PodMemory {
+pub struct LastPatch {
     /// When the last accepted patch was sent (seconds, caller's clock).
     pub last_patch_at_s: f64,
     /// The total that patch set (informational: explain, drift).
@@ -40,16 +39,16 @@ pub fn raise_cooldown_s(cfg: &PolicyConfig, flaps: u32) -> f64 {
     cfg.raise_cooldown_s * f64::from(1u32 << doublings).min(FLAP_BACKOFF_MAX)
 }
 
-impl PodMemory {
-    /// Memory after `plan` was accepted by the apiserver at `now_s`; `prev`
-    /// is the memory of the pod's patch before it, if any.
+impl LastPatch {
+    /// The record of `plan`, accepted by the apiserver at `now_s`; `prev`
+    /// is the pod's patch before it, if any.
     pub fn after(
         plan: &PatchPlan,
         now_s: f64,
-        prev: Option<&PodMemory>,
+        prev: Option<&LastPatch>,
         cfg: &PolicyConfig,
     ) -> Self {
-        let undoes = |p: &PodMemory| {
+        let undoes = |p: &LastPatch| {
             p.last_direction == Direction::Raise && plan.direction == Direction::Lower
         };
         let flaps = match prev {
@@ -87,7 +86,7 @@ pub enum PatchKind {
     PodLimit(Millis),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     Raise,
@@ -99,7 +98,7 @@ pub enum Direction {
 pub struct PatchPlan {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     pub kind: PatchKind,
     /// Managed total before; `None` when a limit is being adopted.
     pub old_total_m: Option<Millis>,
@@ -132,10 +131,23 @@ impl HoldReason {
 pub struct Hold {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
     pub reason: HoldReason,
     pub current_m: Option<Millis>,
     pub target_m: Millis,
+}
+
+impl Hold {
+    fn of(d: &Decision, m: &ManagedDecision, reason: HoldReason) -> Self {
+        Self {
+            namespace: d.namespace.clone(),
+            name: d.name.clone(),
+            uid: d.uid.clone(),
+            reason,
+            current_m: m.current_limit_m,
+            target_m: m.target_m,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -158,10 +170,11 @@ enum Cause {
 }
 
 impl Cause {
-    fn message(self, node: &NodeDecision, d: &Decision, target: Millis) -> String {
+    fn message(self, node: &NodeDecision, d: &ManagedDecision) -> String {
+        let target = d.target_m;
         let cur = d.current_limit_m.unwrap_or(0);
-        let floor = d.floor_m().unwrap_or(0);
-        let ceiling = d.ceiling_m.unwrap_or(0);
+        let floor = d.floor.floor_m;
+        let ceiling = d.ceiling_m;
         let slack = node.slack_m;
         match self {
             Cause::Adopt => {
@@ -202,19 +215,16 @@ fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
 ///
 /// Raise (target above current): only if the step is at least the dead band
 /// (`max(pct of current, m)`) or reaches the ceiling, and the pod's last
-/// patch is at least its cooldown old ([`PodMemory::raise_cooldown_s`]); a limit below the floor is
+/// patch is at least its cooldown old ([`LastPatch::raise_cooldown_s`]); a limit below the floor is
 /// raised at once. Lower: at once when the limit is above the ceiling, the
 /// target is the floor, the step is at least the lowering dead band, or the
 /// node is under pressure and the step is at least half of it. Every patch takes a token from `bucket`; the
-/// rest are held as `RateLimited` and come back next round.
-#[expect(
-    clippy::too_many_lines,
-    reason = "one ordered pass: wanted patches, their priority, then tokens"
-)]
-pub fn plan(
+/// rest are held as `RateLimited` and come back next round. `last_patch`:
+/// the pod's last accepted patch, as the caller remembers it.
+pub fn plan<'m>(
     node: &NodeDecision,
     decisions: &[Decision],
-    memory: &HashMap<String, PodMemory>,
+    last_patch: impl Fn(&Uid) -> Option<&'m LastPatch>,
     now_s: f64,
     bucket: &mut TokenBucket,
     cfg: &PolicyConfig,
@@ -222,39 +232,27 @@ pub fn plan(
     let mut out = PlanOutcome::default();
     // (priority class, magnitude, decision, direction, cause); the message
     // is formatted only for patches that get a token.
-    let mut wanted: Vec<(u8, Millis, &Decision, Direction, Cause)> = Vec::new();
-    for d in decisions.iter().filter(|d| d.managed) {
-        let (Some(target), Some(floor), Some(ceiling)) = (d.target_m, d.floor_m(), d.ceiling_m)
-        else {
-            continue;
-        };
-        let hold = |reason| Hold {
-            namespace: d.namespace.clone(),
-            name: d.name.clone(),
-            uid: d.uid.clone(),
-            reason,
-            current_m: d.current_limit_m,
-            target_m: target,
-        };
-        let Some(cur) = d.current_limit_m else {
-            wanted.push((1, target, d, Direction::Lower, Cause::Adopt));
+    let mut wanted: Vec<(u8, Millis, &Decision, &ManagedDecision, Direction, Cause)> = Vec::new();
+    for (d, m) in decisions.iter().filter_map(|d| Some((d, d.managed()?))) {
+        let (target, floor, ceiling) = (m.target_m, m.floor.floor_m, m.ceiling_m);
+        let Some(cur) = m.current_limit_m else {
+            wanted.push((1, target, d, m, Direction::Lower, Cause::Adopt));
             continue;
         };
         if target > cur {
-            let cooling = memory
-                .get(&d.uid)
+            let cooling = last_patch(&d.uid)
                 .is_some_and(|m| now_s - m.last_patch_at_s < m.raise_cooldown_s(cfg));
             let step = target - cur;
             if cur < floor {
-                wanted.push((2, step, d, Direction::Raise, Cause::BelowFloor));
+                wanted.push((2, step, d, m, Direction::Raise, Cause::BelowFloor));
             } else if target < ceiling
                 && step < band(cur, cfg.raise_dead_band_pct, cfg.raise_dead_band_m)
             {
-                out.held.push(hold(HoldReason::DeadBand));
+                out.held.push(Hold::of(d, m, HoldReason::DeadBand));
             } else if cooling {
-                out.held.push(hold(HoldReason::Cooldown));
+                out.held.push(Hold::of(d, m, HoldReason::Cooldown));
             } else {
-                wanted.push((2, step, d, Direction::Raise, Cause::Slack));
+                wanted.push((2, step, d, m, Direction::Raise, Cause::Slack));
             }
         } else if target < cur {
             let step = cur - target;
@@ -279,8 +277,8 @@ pub fn plan(
                 None
             };
             match cause {
-                Some(c) => wanted.push((0, step, d, Direction::Lower, c)),
-                None => out.held.push(hold(HoldReason::DeadBand)),
+                Some(c) => wanted.push((0, step, d, m, Direction::Lower, c)),
+                None => out.held.push(Hold::of(d, m, HoldReason::DeadBand)),
             }
         }
     }
@@ -289,23 +287,16 @@ pub fn plan(
             .then(b.1.cmp(&a.1))
             .then_with(|| a.2.uid.cmp(&b.2.uid))
     });
-    for (_, _, d, direction, cause) in wanted {
-        let Some(target) = d.target_m else { continue };
+    for (_, _, d, m, direction, cause) in wanted {
+        let target = m.target_m;
         if !bucket.try_take(now_s) {
-            out.held.push(Hold {
-                namespace: d.namespace.clone(),
-                name: d.name.clone(),
-                uid: d.uid.clone(),
-                reason: HoldReason::RateLimited,
-                current_m: d.current_limit_m,
-                target_m: target,
-            });
+            out.held.push(Hold::of(d, m, HoldReason::RateLimited));
             continue;
         }
-        let kind = match d.level {
-            Some(Level::Pod) => PatchKind::PodLimit(target),
-            _ => PatchKind::ContainerLimits(
-                d.containers
+        let kind = match m.level {
+            Level::Pod => PatchKind::PodLimit(target),
+            Level::Containers => PatchKind::ContainerLimits(
+                m.containers
                     .iter()
                     .filter(|c| c.current_limit_m != Some(c.target_m))
                     .map(|c| (c.name.clone(), c.target_m))
@@ -317,10 +308,10 @@ pub fn plan(
             name: d.name.clone(),
             uid: d.uid.clone(),
             kind,
-            old_total_m: d.current_limit_m,
+            old_total_m: m.current_limit_m,
             new_total_m: target,
             direction,
-            why: cause.message(node, d, target),
+            why: cause.message(node, m),
         });
     }
     out
@@ -356,7 +347,7 @@ mod tests {
             &[input(&p, 1000)],
             &PolicyConfig::default(),
         );
-        assert_eq!(ds[0].target_m, Some(2530));
+        assert_eq!(ds[0].target_m(), Some(2530));
         let p2 = simple("a", 1000, Some(2490));
         let (n2, ds2) = decide(
             &node(1000 + 1530 + 100, 1000, 0),
@@ -380,7 +371,7 @@ mod tests {
         let p = simple("a", 100, Some(200));
         let mem = HashMap::from([(
             p.uid.clone(),
-            PodMemory {
+            LastPatch {
                 last_patch_at_s: 100.0,
                 last_target_m: 200,
                 last_direction: Direction::Raise,
@@ -388,15 +379,15 @@ mod tests {
             },
         )]);
         let (n, ds) = decided(&p, 4000, 0, 0);
-        let out = plan(&n, &ds, &mem, 130.0, &mut big_bucket(), &cfg);
+        let out = plan(&n, &ds, |u| mem.get(u), 130.0, &mut big_bucket(), &cfg);
         assert!(out.patches.is_empty());
         assert_eq!(out.held[0].reason, HoldReason::Cooldown);
-        let out = plan(&n, &ds, &mem, 160.0, &mut big_bucket(), &cfg);
+        let out = plan(&n, &ds, |u| mem.get(u), 160.0, &mut big_bucket(), &cfg);
         assert_eq!(out.patches.len(), 1);
         // Lowering right after a patch: node full.
         let q = simple("a", 100, Some(400));
         let (n, ds) = decided(&q, 4000, 4000, 0);
-        let out = plan(&n, &ds, &mem, 101.0, &mut big_bucket(), &cfg);
+        let out = plan(&n, &ds, |u| mem.get(u), 101.0, &mut big_bucket(), &cfg);
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Lower);
         assert_eq!(out.patches[0].new_total_m, 100);
@@ -411,11 +402,11 @@ mod tests {
 
     /// An accepted patch of pod "a" in `dir`, as the caller records it.
     fn patched(
-        prev: Option<&PodMemory>,
+        prev: Option<&LastPatch>,
         dir: Direction,
         now_s: f64,
         cfg: &PolicyConfig,
-    ) -> PodMemory {
+    ) -> LastPatch {
         let plan = PatchPlan {
             namespace: "ns".into(),
             name: "a".into(),
@@ -426,7 +417,7 @@ mod tests {
             direction: dir,
             why: String::new(),
         };
-        PodMemory::after(&plan, now_s, prev, cfg)
+        LastPatch::after(&plan, now_s, prev, cfg)
     }
 
     #[test]
@@ -466,9 +457,23 @@ mod tests {
         let mem = HashMap::from([(p.uid.clone(), m)]);
         let (n, ds) = decided(&p, 4000, 0, 0);
         // 30 s after the second quick undo, not 15.
-        let out = plan(&n, &ds, &mem, 25.0 + 29.0, &mut big_bucket(), &cfg);
+        let out = plan(
+            &n,
+            &ds,
+            |u| mem.get(u),
+            25.0 + 29.0,
+            &mut big_bucket(),
+            &cfg,
+        );
         assert_eq!(out.held[0].reason, HoldReason::Cooldown);
-        let out = plan(&n, &ds, &mem, 25.0 + 30.0, &mut big_bucket(), &cfg);
+        let out = plan(
+            &n,
+            &ds,
+            |u| mem.get(u),
+            25.0 + 30.0,
+            &mut big_bucket(),
+            &cfg,
+        );
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Raise);
     }
@@ -504,7 +509,7 @@ mod tests {
         // Limit 400, slack gives target 380: -20m inside the band.
         let p = simple("a", 100, Some(400));
         let (n, ds) = decide(&node(100 + 280 + 100, 100, 0), &[input(&p, 100)], &cfg);
-        assert_eq!(ds[0].target_m, Some(380));
+        assert_eq!(ds[0].target_m(), Some(380));
         let out = first_plan(&n, &ds, &cfg);
         assert_eq!(out.held[0].reason, HoldReason::DeadBand);
         // Same with contention pressure: lower at once.
@@ -528,7 +533,7 @@ mod tests {
         for cap in 300..800 {
             // Bursting 300m above its request: what is owed comes out of it.
             let (n, ds) = decide(&node(cap, 400, 20), &[input(&p, 400)], &cfg);
-            let Some(t) = ds[0].target_m.filter(|t| *t < 400) else {
+            let Some(t) = ds[0].target_m().filter(|t| *t < 400) else {
                 continue;
             };
             assert!(n.under_pressure());
@@ -563,9 +568,9 @@ mod tests {
         let inputs: Vec<PodInput> = pods.iter().map(|p| input(p, 0)).collect();
         // Slack 400: each target 200 → p2, p3 lower by 200; p0, p1 unchanged.
         let (n, ds) = decide(&node(500, 0, 0), &inputs, &cfg);
-        assert!(ds.iter().all(|d| d.target_m == Some(200)));
+        assert!(ds.iter().all(|d| d.target_m() == Some(200)));
         let mut bucket = TokenBucket::new(1.0, 1);
-        let out = plan(&n, &ds, &HashMap::new(), 0.0, &mut bucket, &cfg);
+        let out = plan(&n, &ds, |_| None, 0.0, &mut bucket, &cfg);
         assert_eq!(out.patches.len(), 1);
         assert_eq!(out.patches[0].direction, Direction::Lower);
         assert_eq!(

@@ -5,9 +5,9 @@
 //!
 //! ```text
 //! decide(&NodeInputs, &[PodInput], &PolicyConfig) -> (NodeDecision, Vec<Decision>)
-//! plan(&NodeDecision, &[Decision], &HashMap<uid, PodMemory>, now_s, &mut TokenBucket, &PolicyConfig)
+//! plan(&NodeDecision, &[Decision], |uid| Option<&LastPatch>, now_s, &mut TokenBucket, &PolicyConfig)
 //!     -> PlanOutcome { patches: Vec<PatchPlan>, held: Vec<Hold> }
-//! PodMemory::after(&PatchPlan, now_s)   // caller records a patch the apiserver accepted
+//! LastPatch::after(&PatchPlan, now_s)   // caller records a patch the apiserver accepted
 //! eligibility(&PodView, &EligibilityCtx) -> Result<ManagedShape, Unmanaged>
 //! TokenBucket::new(rate_per_s, burst).try_take(now_s) -> bool
 //! ```
@@ -40,14 +40,14 @@ mod tests;
 
 use serde::Serialize;
 
-use crate::model::{DeclaredLimits, Millis, PodView};
+use crate::model::{DeclaredLimits, Millis, PodView, Uid};
 
 pub use bucket::TokenBucket;
 pub use config::{ConfigError, FloorMode, PolicyConfig};
 pub use eligibility::{EligibilityCtx, ManagedContainer, ManagedShape, Unmanaged, eligibility};
 pub use floors::Floor;
 pub use hysteresis::{
-    Direction, Hold, HoldReason, PatchKind, PatchPlan, PlanOutcome, PodMemory, plan,
+    Direction, Hold, HoldReason, LastPatch, PatchKind, PatchPlan, PlanOutcome, plan,
 };
 pub use writers::Yielded;
 
@@ -107,41 +107,140 @@ pub struct ContainerDecision {
 }
 
 /// The policy's view of one pod (for `explain`, metrics and [`plan`]).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
     pub namespace: String,
     pub name: String,
-    pub uid: String,
-    pub managed: bool,
-    /// Why the pod is left alone (`None` when managed).
-    pub reason: Option<Unmanaged>,
-    /// With [`Unmanaged::OtherWriter`]: who changed its limits, and when.
-    pub yielded: Option<Yielded>,
-    /// How it is managed (`None` when unmanaged).
-    pub level: Option<Level>,
+    pub uid: Uid,
     /// Request the managed limit is measured against (managed containers'
     /// requests, or the pod-level request); for unmanaged pods the pod's
     /// whole CPU request.
     pub request_m: Millis,
     pub usage_m: Millis,
-    pub floor: Option<Floor>,
-    pub ceiling_m: Option<Millis>,
+    pub verdict: Verdict,
+}
+
+/// Managed with its plan, or left alone with the reason.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    Managed(ManagedDecision),
+    Unmanaged {
+        reason: Unmanaged,
+        /// With [`Unmanaged::OtherWriter`] (or a transient hold of a pod
+        /// that yields): who changed its limits, and when.
+        yielded: Option<Yielded>,
+    },
+}
+
+/// How a managed pod's limit is set this round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagedDecision {
+    pub level: Level,
+    pub floor: Floor,
+    pub ceiling_m: Millis,
     /// The managed limit the workload declares, which the default ceiling
     /// never goes below; `None` when it declares none (adoption).
     pub declared_limit_m: Option<Millis>,
-    /// Current managed limit; `None` when unlimited (or unmanaged).
+    /// Current managed limit; `None` when unlimited.
     pub current_limit_m: Option<Millis>,
     /// `target − request`: this pod's share of the slack.
     pub share_m: Millis,
-    pub target_m: Option<Millis>,
+    pub target_m: Millis,
     /// Container split (container-level pods only).
     pub containers: Vec<ContainerDecision>,
 }
 
 impl Decision {
+    /// The plan, if managed.
+    pub fn managed(&self) -> Option<&ManagedDecision> {
+        match &self.verdict {
+            Verdict::Managed(m) => Some(m),
+            Verdict::Unmanaged { .. } => None,
+        }
+    }
+
+    pub fn is_managed(&self) -> bool {
+        self.managed().is_some()
+    }
+
+    /// Why the pod is left alone (`None` when managed).
+    pub fn reason(&self) -> Option<Unmanaged> {
+        match &self.verdict {
+            Verdict::Managed(_) => None,
+            Verdict::Unmanaged { reason, .. } => Some(*reason),
+        }
+    }
+
+    /// Who Headroom yields the pod's limits to, if it does.
+    pub fn yielded(&self) -> Option<&Yielded> {
+        match &self.verdict {
+            Verdict::Managed(_) => None,
+            Verdict::Unmanaged { yielded, .. } => yielded.as_ref(),
+        }
+    }
+
     /// Floor value, if managed.
     pub fn floor_m(&self) -> Option<Millis> {
-        self.floor.map(|f| f.floor_m)
+        self.managed().map(|m| m.floor.floor_m)
+    }
+
+    pub fn ceiling_m(&self) -> Option<Millis> {
+        self.managed().map(|m| m.ceiling_m)
+    }
+
+    pub fn target_m(&self) -> Option<Millis> {
+        self.managed().map(|m| m.target_m)
+    }
+
+    /// Current managed limit; `None` when unlimited or unmanaged.
+    pub fn current_limit_m(&self) -> Option<Millis> {
+        self.managed().and_then(|m| m.current_limit_m)
+    }
+}
+
+/// `explain --json` shows a decision flat, every field of a managed pod
+/// present (`null` when unmanaged), as it always has.
+impl Serialize for Decision {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Flat<'a> {
+            namespace: &'a str,
+            name: &'a str,
+            uid: &'a Uid,
+            managed: bool,
+            reason: Option<Unmanaged>,
+            yielded: Option<&'a Yielded>,
+            level: Option<Level>,
+            request_m: Millis,
+            usage_m: Millis,
+            floor: Option<Floor>,
+            ceiling_m: Option<Millis>,
+            declared_limit_m: Option<Millis>,
+            current_limit_m: Option<Millis>,
+            share_m: Millis,
+            target_m: Option<Millis>,
+            containers: &'a [ContainerDecision],
+        }
+        let m = self.managed();
+        Flat {
+            namespace: &self.namespace,
+            name: &self.name,
+            uid: &self.uid,
+            managed: m.is_some(),
+            reason: self.reason(),
+            yielded: self.yielded(),
+            level: m.map(|m| m.level),
+            request_m: self.request_m,
+            usage_m: self.usage_m,
+            floor: m.map(|m| m.floor),
+            ceiling_m: self.ceiling_m(),
+            declared_limit_m: m.and_then(|m| m.declared_limit_m),
+            current_limit_m: self.current_limit_m(),
+            share_m: m.map_or(0, |m| m.share_m),
+            target_m: self.target_m(),
+            containers: m.map_or(&[], |m| &m.containers),
+        }
+        .serialize(s)
     }
 }
 
@@ -240,33 +339,15 @@ pub fn decide(
             wall_clock_s: node.wall_clock_s,
         };
         let pod = p.pod;
-        let mut d = Decision {
-            namespace: pod.namespace.clone(),
-            name: pod.name.clone(),
-            uid: pod.uid.clone(),
-            managed: false,
-            reason: None,
-            yielded: None,
-            level: None,
-            request_m: pod.cpu_request(),
-            usage_m: p.usage_m,
-            floor: None,
-            ceiling_m: None,
-            declared_limit_m: None,
-            current_limit_m: None,
-            share_m: 0,
-            target_m: None,
-            containers: Vec::new(),
-        };
-        match eligibility(pod, &ctx) {
-            Err(why) => {
-                d.reason = Some(why);
+        let (request_m, verdict) = match eligibility(pod, &ctx) {
+            Err(reason) => {
                 // A pod held only while a resize goes through (another
                 // writer's next one, say) still yields to that writer: its
                 // pause goes on, so no second Event when the resize is done.
-                if why == Unmanaged::OtherWriter || why.is_transient() {
-                    d.yielded = Yielded::of(pod, node.wall_clock_s);
-                }
+                let yielded = (reason == Unmanaged::OtherWriter || reason.is_transient())
+                    .then(|| Yielded::of(pod, node.wall_clock_s))
+                    .flatten();
+                (pod.cpu_request(), Verdict::Unmanaged { reason, yielded })
             }
             Ok(shape) => {
                 let request = shape.request_m();
@@ -284,25 +365,37 @@ pub fn decide(
                     node.capacity_m,
                     declared_m,
                 );
-                d.declared_limit_m = declared_m;
-                d.managed = true;
-                d.level = Some(match shape {
-                    ManagedShape::Containers(_) => Level::Containers,
-                    ManagedShape::PodLevel { .. } => Level::Pod,
-                });
-                d.request_m = request;
-                d.floor = Some(floor);
-                d.ceiling_m = Some(ceiling_m);
-                d.current_limit_m = shape.current_limit_m();
+                let plan = ManagedDecision {
+                    level: match shape {
+                        ManagedShape::Containers(_) => Level::Containers,
+                        ManagedShape::PodLevel { .. } => Level::Pod,
+                    },
+                    floor,
+                    ceiling_m,
+                    declared_limit_m: declared_m,
+                    current_limit_m: shape.current_limit_m(),
+                    // Water-filled below, once every pod is known.
+                    share_m: 0,
+                    target_m: floor.floor_m,
+                    containers: Vec::new(),
+                };
                 managed.push(Managed {
                     index,
                     shape,
                     floor,
                     ceiling_m,
                 });
+                (request, Verdict::Managed(plan))
             }
-        }
-        decisions.push(d);
+        };
+        decisions.push(Decision {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            request_m,
+            usage_m: p.usage_m,
+            verdict,
+        });
     }
 
     // Pods held only while a resize is in flight stay in the slack
@@ -315,7 +408,7 @@ pub fn decide(
             decisions
                 .iter()
                 .enumerate()
-                .filter(|(_, d)| d.reason.is_some_and(Unmanaged::is_transient))
+                .filter(|(_, d)| d.reason().is_some_and(Unmanaged::is_transient))
                 .map(|(i, _)| i),
         )
         .map(|i| {
@@ -360,13 +453,16 @@ pub fn decide(
     for (&k, target) in order.iter().zip(targets) {
         let m = &managed[k];
         let d = &mut decisions[m.index];
-        d.target_m = Some(target);
-        d.share_m = target.saturating_sub(d.request_m);
-        allocated = allocated.saturating_add(d.share_m);
+        let Verdict::Managed(plan) = &mut d.verdict else {
+            continue; // every pod of `managed` has a managed verdict
+        };
+        plan.target_m = target;
+        plan.share_m = target.saturating_sub(d.request_m);
+        allocated = allocated.saturating_add(plan.share_m);
         if let ManagedShape::Containers(cs) = &m.shape {
             let requests: Vec<Millis> = cs.iter().map(|c| c.request_m).collect();
             let parts = split::split(target, &requests, q);
-            d.containers = cs
+            plan.containers = cs
                 .iter()
                 .zip(parts)
                 .map(|(c, t)| ContainerDecision {

@@ -3,8 +3,6 @@
 //! `decide` + `plan`. Each part's own tests sit beside it; the fixtures
 //! they share are in [`fixtures`].
 
-use std::collections::HashMap;
-
 use proptest::prelude::*;
 
 use super::*;
@@ -44,13 +42,13 @@ fn opting_in_on_an_idle_node_never_lowers_a_declared_limit() {
         ..input(&p, 0)
     }];
     let (n, ds) = decide(&node(4000, 0, 0), &inputs, &PolicyConfig::default());
-    assert_eq!(ds[0].ceiling_m, Some(100));
-    assert_eq!(ds[0].target_m, Some(100));
+    assert_eq!(ds[0].ceiling_m(), Some(100));
+    assert_eq!(ds[0].target_m(), Some(100));
     let mut bucket = TokenBucket::new(100.0, 100);
     let out = plan(
         &n,
         &ds,
-        &HashMap::new(),
+        |_| None,
         0.0,
         &mut bucket,
         &PolicyConfig::default(),
@@ -73,7 +71,7 @@ fn full_pressure_target(
     }];
     // More owed to displaced pods than the slack: none left.
     let (_, ds) = decide(&node(2000, 1900, 10_000), &inputs, &cfg);
-    (ds[0].target_m, ds[0].floor.expect("managed"))
+    (ds[0].target_m(), ds[0].managed().expect("managed").floor)
 }
 
 #[test]
@@ -154,8 +152,8 @@ fn idle_node_gives_ceilings() {
         &[input(&a, 10), input(&b, 10)],
         &PolicyConfig::default(),
     );
-    assert_eq!(ds[0].target_m, Some(400));
-    assert_eq!(ds[1].target_m, Some(1000));
+    assert_eq!(ds[0].target_m(), Some(400));
+    assert_eq!(ds[1].target_m(), Some(1000));
     assert_eq!(n.managed_pods, 2);
     assert_eq!(n.allocated_m, 300 + 750);
 }
@@ -169,19 +167,19 @@ fn full_node_gives_floors() {
         &PolicyConfig::default(),
     );
     assert_eq!(n.slack_m, 0);
-    assert_eq!(ds[0].target_m, Some(100));
-    assert_eq!(ds[0].share_m, 0);
+    assert_eq!(ds[0].target_m(), Some(100));
+    assert_eq!(ds[0].managed().unwrap().share_m, 0);
 }
 
 #[test]
 fn contention_pressure_lowers_targets() {
     let a = simple("a", 100, Some(400));
     let cfg = PolicyConfig::default();
-    let calm = decide(&node(4000, 3700, 0), &[input(&a, 50)], &cfg).1[0].target_m;
+    let calm = decide(&node(4000, 3700, 0), &[input(&a, 50)], &cfg).1[0].target_m();
     let hot = decide(&node(4000, 3700, 10_000), &[input(&a, 50)], &cfg);
     assert_eq!(calm, Some(300));
     assert_eq!(hot.0.slack_m, 0);
-    assert_eq!(hot.1[0].target_m, Some(100));
+    assert_eq!(hot.1[0].target_m(), Some(100));
 }
 
 #[test]
@@ -192,8 +190,8 @@ fn unmanaged_pods_get_reasons_and_no_target() {
     );
     let (n, ds) = decided(&g, 4000, 0, 0);
     assert_eq!(n.managed_pods, 0);
-    assert_eq!(ds[0].reason, Some(Unmanaged::Guaranteed));
-    assert_eq!(ds[0].target_m, None);
+    assert_eq!(ds[0].reason(), Some(Unmanaged::Guaranteed));
+    assert_eq!(ds[0].target_m(), None);
 }
 
 #[test]
@@ -207,8 +205,10 @@ fn container_level_split_by_request() {
     );
     let (_, ds) = decided(&p, 100_000, 0, 0);
     let d = &ds[0];
-    assert_eq!(d.target_m, Some(1600));
+    assert_eq!(d.target_m(), Some(1600));
     let parts: Vec<(&str, Millis)> = d
+        .managed()
+        .unwrap()
         .containers
         .iter()
         .map(|c| (c.name.as_str(), c.target_m))
@@ -352,7 +352,7 @@ proptest! {
     fn allocation_never_exceeds_slack(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000, owed in 0u64..3000) {
         let (n, ds) = run(&pods, cap, usage, owed, 100);
         let floors_excess: Millis = ds.iter().filter_map(|d| d.floor_m().map(|f| f - d.request_m)).sum();
-        let allocated: Millis = ds.iter().filter_map(|d| d.target_m.map(|t| t - d.request_m)).sum();
+        let allocated: Millis = ds.iter().filter_map(|d| d.target_m().map(|t| t - d.request_m)).sum();
         prop_assert!(allocated <= n.slack_m.max(floors_excess), "allocated {} slack {} floors {}", allocated, n.slack_m, floors_excess);
         prop_assert_eq!(allocated, n.allocated_m);
     }
@@ -360,13 +360,13 @@ proptest! {
     #[test]
     fn targets_lie_within_floor_and_ceiling(pods in arb_pods(), cap in 0u64..20_000, usage in 0u64..20_000) {
         let (_, ds) = run(&pods, cap, usage, 0, 100);
-        for d in ds.iter().filter(|d| d.managed) {
-            let (t, f, c) = (d.target_m.unwrap(), d.floor_m().unwrap(), d.ceiling_m.unwrap());
+        for (d, m) in ds.iter().filter_map(|d| Some((d, d.managed()?))) {
+            let (t, f, c) = (m.target_m, m.floor.floor_m, m.ceiling_m);
             prop_assert!(f >= d.request_m);
             prop_assert!(f <= t && t <= c, "{} <= {} <= {}", f, t, c);
-            if d.level == Some(Level::Containers) {
-                prop_assert_eq!(d.containers.iter().map(|c| c.target_m).sum::<Millis>(), t);
-                for c in &d.containers {
+            if m.level == Level::Containers {
+                prop_assert_eq!(m.containers.iter().map(|c| c.target_m).sum::<Millis>(), t);
+                for c in &m.containers {
                     prop_assert!(c.target_m >= c.request_m);
                 }
             }
@@ -380,7 +380,7 @@ proptest! {
         let (n_less, less) = run(&pods, cap, usage, 0, hi_reserve);
         prop_assert!(n_more.slack_m >= n_less.slack_m);
         for (a, b) in more.iter().zip(&less) {
-            prop_assert!(a.target_m >= b.target_m, "{:?} < {:?}", a.target_m, b.target_m);
+            prop_assert!(a.target_m() >= b.target_m(), "{:?} < {:?}", a.target_m(), b.target_m());
         }
     }
 
@@ -547,10 +547,10 @@ proptest! {
         let capacity = cfg.reserve_m + room + 1000;
         let inputs: Vec<PodInput> = views.iter().map(|p| input(p, 0)).collect();
         let (n, ds) = decide(&node(capacity, 0, 0), &inputs, &cfg);
-        let out = plan(&n, &ds, &HashMap::new(), 1e9, &mut TokenBucket::new(1000.0, 1000), &cfg);
+        let out = plan(&n, &ds, |_| None, 1e9, &mut TokenBucket::new(1000.0, 1000), &cfg);
         for (d, &(r, l)) in ds.iter().zip(&pods) {
-            prop_assert!(d.managed, "{:?}", d.reason);
-            prop_assert!(d.target_m.unwrap() >= l, "request {} limit {} target {:?} ceiling {:?}", r, l, d.target_m, d.ceiling_m);
+            prop_assert!(d.is_managed(), "{:?}", d.reason());
+            prop_assert!(d.target_m().unwrap() >= l, "request {} limit {} target {:?} ceiling {:?}", r, l, d.target_m(), d.ceiling_m());
         }
         for pp in &out.patches {
             prop_assert_eq!(pp.direction, Direction::Raise, "{:?}", pp);
@@ -570,8 +570,8 @@ fn a_quantum_larger_than_the_headroom_does_not_collapse_the_ceiling() {
     };
     let p = simple("a", 100, Some(150));
     let (n, ds) = decide(&node(4000, 0, 0), &[input(&p, 0)], &cfg);
-    assert_eq!(ds[0].ceiling_m, Some(150));
-    assert_eq!(ds[0].target_m, Some(150));
+    assert_eq!(ds[0].ceiling_m(), Some(150));
+    assert_eq!(ds[0].target_m(), Some(150));
     let out = first_plan(&n, &ds, &cfg);
     assert!(out.patches.is_empty(), "{:?}", out.patches);
 }
@@ -587,8 +587,8 @@ fn number_after(s: &str, key: &str) -> Option<Millis> {
 fn check_reason(n: &NodeDecision, d: &Decision, pp: &PatchPlan) -> Result<(), String> {
     let w = &pp.why;
     let fail = |what: &str| Err(format!("{what}: {w:?} for {d:?} on {n:?}"));
-    let cur = d.current_limit_m;
-    let (floor, ceiling) = (d.floor_m().unwrap(), d.ceiling_m.unwrap());
+    let cur = d.current_limit_m();
+    let (floor, ceiling) = (d.floor_m().unwrap(), d.ceiling_m().unwrap());
     if w.starts_with("adopt:") {
         if cur.is_some() || number_after(w, "add CPU limit ") != Some(pp.new_total_m) {
             return fail("adopt");
@@ -609,7 +609,7 @@ fn check_reason(n: &NodeDecision, d: &Decision, pp: &PatchPlan) -> Result<(), St
         return fail("slack");
     }
     if let Some(s) = number_after(w, "share ").or(number_after(w, "share of "))
-        && s != d.share_m
+        && Some(s) != d.managed().map(|m| m.share_m)
     {
         return fail("share");
     }

@@ -33,13 +33,8 @@ pub struct FillItem {
 /// one quantum left unused when no ceiling is hit.
 pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Millis> {
     let q = quantum_m.max(1);
-    let norm = normalize(items);
-    let mut targets: Vec<Millis> = norm.iter().map(|it| it.floor_m).collect();
-    let floors_excess: u128 = norm
-        .iter()
-        .map(|it| u128::from(it.floor_m - it.request_m))
-        .sum();
-    let Some(mut left) = u128::from(budget_m).checked_sub(floors_excess) else {
+    let (norm, mut targets, left) = at_floors(items, budget_m);
+    let Some(mut left) = left else {
         return targets;
     };
     // Everyone fits up to the ceiling: skip the stepping.
@@ -66,6 +61,19 @@ pub fn fill(items: &[FillItem], budget_m: Millis, quantum_m: Millis) -> Vec<Mill
     }
     step_from(&norm, &mut targets, left, q);
     targets
+}
+
+/// Where both fills start: the items repaired, every target at its floor,
+/// and the budget left above the floors (`None` when even they exceed it).
+fn at_floors(items: &[FillItem], budget_m: Millis) -> (Vec<FillItem>, Vec<Millis>, Option<u128>) {
+    let norm = normalize(items);
+    let targets = norm.iter().map(|it| it.floor_m).collect();
+    let floors_excess: u128 = norm
+        .iter()
+        .map(|it| u128::from(it.floor_m - it.request_m))
+        .sum();
+    let left = u128::from(budget_m).checked_sub(floors_excess);
+    (norm, targets, left)
 }
 
 /// Repairs items (ceiling ≥ floor ≥ request ≥ 1).
@@ -114,13 +122,8 @@ pub(crate) fn fill_stepwise(
     quantum_m: Millis,
 ) -> Vec<Millis> {
     let q = quantum_m.max(1);
-    let norm = normalize(items);
-    let mut targets: Vec<Millis> = norm.iter().map(|it| it.floor_m).collect();
-    let floors: u128 = norm
-        .iter()
-        .map(|it| u128::from(it.floor_m - it.request_m))
-        .sum();
-    if let Some(left) = u128::from(budget_m).checked_sub(floors) {
+    let (norm, mut targets, left) = at_floors(items, budget_m);
+    if let Some(left) = left {
         step_from(&norm, &mut targets, left, q);
     }
     targets

@@ -12,7 +12,7 @@ use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::kube::resize::{self, ResizeRequest};
 use crate::model::PodView;
-use crate::policy::{PatchPlan, Unmanaged};
+use crate::policy::{PatchPlan, PolicyConfig, Unmanaged};
 
 /// Wait before asking again after an inconclusive pod-level probe.
 const PROBE_RETRY: Duration = Duration::from_secs(30);
@@ -39,11 +39,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
 
     async fn act_one(&mut self, view: &PodView, p: &PatchPlan, now: Duration) {
         if self.settings.dry_run {
-            let effects = on_dry_run(&mut self.memory, p);
+            let effects = on_dry_run(&mut self.records, p);
             self.apply(view, effects, now).await;
             return;
         }
-        if !self.memory.may_patch(&p.uid, now) {
+        if !self.records.may_patch(&p.uid, now) {
             return;
         }
         let req = ResizeRequest {
@@ -71,7 +71,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             }
         }
         let effects = on_outcome(
-            &mut self.memory,
+            &mut self.records,
             view,
             p,
             answer,
@@ -81,32 +81,34 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         );
         self.apply(view, effects, now).await;
     }
+}
 
+impl PodLevel {
     /// One `dryRun=All` resize decides pod-level management for the whole
     /// node: the gate is cluster-wide and the declared feature node-wide, so
     /// the answer does not depend on the pod's shape. An inconclusive answer
     /// (RBAC, transport) is retried after [`PROBE_RETRY`], never every tick.
-    pub(super) async fn probe_pod_level(
+    pub(super) async fn probe(
         &mut self,
+        api: &impl PodApi,
+        policy: &PolicyConfig,
         views: &[PodView],
         round: &Round,
         now: Duration,
     ) {
-        let state = &self.pod_level;
-        if state.supported.is_some() || state.next_probe.is_some_and(|t| now < t) {
+        if self.supported.is_some() || self.next_probe.is_some_and(|t| now < t) {
             return;
         }
         let Some(d) = round
             .decisions
             .iter()
-            .find(|d| d.reason == Some(Unmanaged::PodLevelUnknown))
+            .find(|d| d.reason() == Some(Unmanaged::PodLevelUnknown))
         else {
             return;
         };
         let Some(v) = views.iter().find(|v| v.uid == d.uid) else {
             return;
         };
-        let policy = &self.settings.policy;
         // A value the apiserver can accept: the current pod-level limit, or
         // else the ceiling a pod of this request would get.
         let value = v
@@ -116,14 +118,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .unwrap_or_else(|| crate::policy::floors::scale(v.cpu_request(), policy.ceiling_factor))
             .max(policy.quantum_m);
         let req = resize::pod_level_probe(v, value, policy.quantum_m);
-        let answer = self.api.resize(&req).await;
+        let answer = api.resize(&req).await;
         match resize::pod_level_support(&answer.outcome) {
             Some(ok) => {
                 tracing::info!(pod = %v.key(), supported = ok, "probed pod-level resize support (dryRun=All)");
-                self.pod_level.supported = Some(ok);
+                self.supported = Some(ok);
             }
             None => {
-                self.pod_level.next_probe = Some(now + PROBE_RETRY);
+                self.next_probe = Some(now + PROBE_RETRY);
                 tracing::warn!(pod = %v.key(), retry_s = PROBE_RETRY.as_secs(), "pod-level resize probe inconclusive; will retry");
             }
         }

@@ -8,10 +8,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use super::Agent;
-use crate::kube::events::EventApi;
+use super::records::Records;
 use crate::kube::pods::PodApi;
-use crate::model::{DeclaredLimits, PodView, Qos};
+use crate::model::{DeclaredLimits, PodView, Qos, Uid};
 
 /// Wait before reading an owner's pod template again after a failure.
 const TEMPLATE_RETRY: Duration = Duration::from_secs(300);
@@ -23,9 +22,9 @@ const TEMPLATES_PER_TICK: usize = 5;
 #[derive(Debug, Default)]
 pub(super) struct Templates {
     /// Declared limits of owners' pod templates.
-    limits: HashMap<String, DeclaredLimits>,
+    limits: HashMap<Uid, DeclaredLimits>,
     /// Owners whose template could not be read: when to try again.
-    retry: HashMap<String, Duration>,
+    retry: HashMap<Uid, Duration>,
 }
 
 impl Templates {
@@ -38,61 +37,61 @@ impl Templates {
         self.limits.retain(|u, _| owners.contains(u.as_str()));
         self.retry.retain(|u, _| owners.contains(u.as_str()));
     }
-}
 
-impl<P: PodApi, E: EventApi> Agent<P, E> {
-    /// Learns the declared limits of this tick's pods (see the module docs).
-    pub(super) async fn learn_declared(&mut self, views: &[PodView], now: Duration) {
+    /// Learns the declared limits of this tick's pods into their records
+    /// (see the module docs), reading owners' templates through `api`.
+    pub(super) async fn learn(
+        &mut self,
+        api: &impl PodApi,
+        records: &mut Records,
+        views: &[PodView],
+        now: Duration,
+    ) {
         let mut reads = 0;
         for v in views.iter().filter(|v| v.qos == Qos::Burstable) {
             if !v.limits_set_by_headroom {
                 let d = DeclaredLimits::of(v);
-                if self.memory.declared.get(&v.uid) != Some(&d) {
-                    self.memory.declared.insert(v.uid.clone(), d);
+                let known = records.get(&v.uid).and_then(|r| r.declared.as_ref());
+                if known != Some(&d) {
+                    records.entry(&v.uid).declared = Some(d);
                 }
                 continue;
             }
-            if self.memory.declared.contains_key(&v.uid) {
+            if records.get(&v.uid).is_some_and(|r| r.declared.is_some()) {
                 continue;
             }
             let Some(owner) = v.owner.as_ref() else {
                 continue;
             };
-            if let Some(t) = self.templates.limits.get(&owner.uid) {
-                self.memory.declared.insert(v.uid.clone(), t.clone());
+            if let Some(t) = self.limits.get(owner.uid.as_str()) {
+                records.entry(&v.uid).declared = Some(t.clone());
                 continue;
             }
             if reads >= TEMPLATES_PER_TICK
-                || self
-                    .templates
-                    .retry
-                    .get(&owner.uid)
-                    .is_some_and(|t| now < *t)
+                || self.retry.get(owner.uid.as_str()).is_some_and(|t| now < *t)
             {
                 continue;
             }
             reads += 1;
             let owner_name = format!("{}/{}", owner.kind, owner.name);
-            match self.api.template_limits(&v.namespace, owner).await {
+            match api.template_limits(&v.namespace, owner).await {
                 Ok(Some(t)) => {
                     tracing::info!(pod = %v.key(), owner = %owner_name, "declared limits read from the owner's pod template");
-                    self.templates.limits.insert(owner.uid.clone(), t.clone());
-                    self.memory.declared.insert(v.uid.clone(), t);
+                    self.limits.insert(owner.uid.as_str().into(), t.clone());
+                    records.entry(&v.uid).declared = Some(t);
                 }
                 Ok(None) => {
-                    self.templates
-                        .retry
-                        .insert(owner.uid.clone(), now + TEMPLATE_RETRY);
+                    self.retry
+                        .insert(owner.uid.as_str().into(), now + TEMPLATE_RETRY);
                     tracing::info!(pod = %v.key(), owner = %owner_name, "no pod template to read declared limits from; the ceiling stays at least the current limit");
                 }
                 Err(e) => {
-                    self.templates
-                        .retry
-                        .insert(owner.uid.clone(), now + TEMPLATE_RETRY);
+                    self.retry
+                        .insert(owner.uid.as_str().into(), now + TEMPLATE_RETRY);
                     tracing::warn!(pod = %v.key(), error = %e, retry_s = TEMPLATE_RETRY.as_secs(), "owner's pod template unreadable; the ceiling stays at least the current limit");
                 }
             }
         }
-        self.templates.retain_owners_of(views);
+        self.retain_owners_of(views);
     }
 }

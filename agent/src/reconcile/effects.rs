@@ -9,14 +9,6 @@ use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics;
 use crate::model::PodView;
-use crate::policy::Direction;
-
-fn metrics_dir(d: Direction) -> metrics::Direction {
-    match d {
-        Direction::Raise => metrics::Direction::raise,
-        Direction::Lower => metrics::Direction::lower,
-    }
-}
 
 impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// Carries out `effects` about `view`, in order.
@@ -24,10 +16,10 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         for e in effects {
             match e {
                 Effect::PatchError(class) => self.metrics.patch_error(class),
-                Effect::Resize(result, d) => self.metrics.resize(result, metrics_dir(d)),
+                Effect::Resize(result, d) => self.metrics.resize(result, d),
                 Effect::Verified { direction, latency } => self
                     .metrics
-                    .resize_verified(metrics_dir(direction), latency.as_secs_f64()),
+                    .resize_verified(direction, latency.as_secs_f64()),
                 Effect::Drift { target, drifting } => {
                     self.metrics
                         .set_drift(&view.namespace, &view.name, &target, drifting);
@@ -46,9 +38,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     generation,
                     direction,
                 } => {
-                    if let Some(d) = self.resizes.patched(&view.uid, generation, direction, now) {
-                        self.metrics
-                            .resize(metrics::ResizeResult::superseded, metrics_dir(d));
+                    if let Some(d) = self.records.track(&view.uid, generation, direction, now) {
+                        self.metrics.resize(metrics::ResizeResult::superseded, d);
                     }
                 }
                 Effect::PodLevelUnsupported => self.pod_level.supported = Some(false),

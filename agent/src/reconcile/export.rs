@@ -3,18 +3,17 @@
 
 use std::collections::HashMap;
 
-use super::{Agent, Round};
-use crate::kube::events::EventApi;
-use crate::kube::pods::PodApi;
-use crate::metrics::{NodeValues, PodValues};
+use super::Round;
+use crate::metrics::{Metrics, NodeValues, PodValues};
 use crate::model::{Millis, PodView};
-use crate::node_slack::{NodeSlack, booked_request};
+use crate::node_slack::{NodeUsage, booked_request};
+use crate::policy::Verdict;
 
 /// The node's gauges for this round; `allocatable` as the Node (or the
 /// flag) says.
 pub fn node_values(
     views: &[PodView],
-    slack: &NodeSlack,
+    slack: &NodeUsage,
     round: &Round,
     allocatable: Option<Millis>,
 ) -> NodeValues {
@@ -39,47 +38,53 @@ pub fn node_values(
     }
 }
 
-impl<P: PodApi, E: EventApi> Agent<P, E> {
-    pub(super) fn export(&self, views: &[PodView], slack: &NodeSlack, round: &Round) {
-        self.metrics
-            .set_node(&node_values(views, slack, round, self.allocatable_m()));
-        let throttled: HashMap<&str, Option<f64>> = slack
-            .pods
-            .iter()
-            .map(|p| (p.uid.as_str(), p.throttled_ratio))
-            .collect();
-        let mut unmanaged: HashMap<String, usize> = HashMap::new();
-        if !self.scan.unreadable.is_empty() {
-            unmanaged.insert("unreadable".into(), self.scan.unreadable.len());
-        }
-        let mut managed = 0;
-        for d in &round.decisions {
-            match d.reason {
-                None => {
-                    managed += 1;
-                    let throttled = throttled
-                        .get(d.uid.as_str())
-                        .copied()
-                        .flatten()
-                        .unwrap_or(0.0);
-                    self.metrics.set_pod(
-                        &d.namespace,
-                        &d.name,
-                        &PodValues {
-                            request_millicores: d.request_m as f64,
-                            limit_millicores: d.current_limit_m.map(|m| m as f64),
-                            target_millicores: d.target_m.map(|m| m as f64),
-                            usage_millicores: d.usage_m as f64,
-                            throttled_ratio: throttled,
-                        },
-                    );
-                }
-                Some(r) => {
-                    *unmanaged.entry(r.reason().to_string()).or_default() += 1;
-                    self.metrics.remove_pod_values(&d.namespace, &d.name);
-                }
+/// Sets the round's gauges; `unreadable`: pods of the node not readable as
+/// a pod view.
+pub(super) fn export(
+    metrics: &Metrics,
+    views: &[PodView],
+    slack: &NodeUsage,
+    round: &Round,
+    allocatable: Option<Millis>,
+    unreadable: usize,
+) {
+    metrics.set_node(&node_values(views, slack, round, allocatable));
+    let throttled: HashMap<&str, Option<f64>> = slack
+        .pods
+        .iter()
+        .map(|p| (p.uid.as_str(), p.throttled_ratio))
+        .collect();
+    let mut unmanaged: HashMap<String, usize> = HashMap::new();
+    if unreadable > 0 {
+        unmanaged.insert("unreadable".into(), unreadable);
+    }
+    let mut managed = 0;
+    for d in &round.decisions {
+        match &d.verdict {
+            Verdict::Managed(m) => {
+                managed += 1;
+                let throttled = throttled
+                    .get(d.uid.as_str())
+                    .copied()
+                    .flatten()
+                    .unwrap_or(0.0);
+                metrics.set_pod(
+                    &d.namespace,
+                    &d.name,
+                    &PodValues {
+                        request_millicores: d.request_m as f64,
+                        limit_millicores: m.current_limit_m.map(|m| m as f64),
+                        target_millicores: Some(m.target_m as f64),
+                        usage_millicores: d.usage_m as f64,
+                        throttled_ratio: throttled,
+                    },
+                );
+            }
+            Verdict::Unmanaged { reason, .. } => {
+                *unmanaged.entry(reason.reason().to_string()).or_default() += 1;
+                metrics.remove_pod_values(&d.namespace, &d.name);
             }
         }
-        self.metrics.set_pod_states(managed, &unmanaged);
     }
+    metrics.set_pod_states(managed, &unmanaged);
 }

@@ -1,19 +1,19 @@
 //! The reconciler: one tick = observe (scan cgroups, measure slack) →
-//! decide (pure policy) → act (resize patches) → verify (re-read cpu.max of
+//! decide (pure policy) → act (resize patches) → check (re-read cpu.max of
 //! patched pods; audit every pod for drift). Each stage has its file; what an
-//! answer or a verification means is pure ([`outcome`], [`memory`]) and
+//! answer or a verification means is pure ([`outcome`], [`records`]) and
 //! carried out by one executor (`effects.rs`). The Kubernetes calls go
 //! through [`PodApi`] and [`EventApi`], so a whole tick runs in a unit test.
 
 mod act;
+mod check;
 mod declared;
 mod effects;
 mod export;
-pub mod memory;
 mod observe;
 pub mod outcome;
+pub mod records;
 pub mod round;
-mod verify;
 
 #[cfg(test)]
 mod tick_tests;
@@ -30,18 +30,17 @@ use crate::kube::events::{self, EventApi, EventSink};
 use crate::kube::pods::{KubePods, PodApi};
 use crate::kube::watch::Caches;
 use crate::metrics::Metrics;
-use crate::model::{Millis, PodView};
+use crate::model::{Millis, PodView, Uid};
 use crate::node_slack;
 use crate::policy::{PatchPlan, PolicyConfig, TokenBucket};
-use crate::verify::{DriftTracker, ResizeTracker};
 
 use act::PodLevel;
 use declared::Templates;
-use memory::{Jitter, Memory};
 use observe::{Observation, ScanState};
+use records::{Jitter, Records};
 
 pub use observe::{TickError, mark_roles};
-pub use round::{Round, observe_round};
+pub use round::{Known, Round, decide_round};
 
 /// Settings of the `run` loop (flags of `headroom-agent run`).
 #[derive(Debug, Clone)]
@@ -69,10 +68,9 @@ pub struct Agent<P = KubePods, E = Recorder> {
     api: P,
     events: EventSink<E>,
     pub metrics: Arc<Metrics>,
-    memory: Memory,
+    /// Everything remembered per pod (and the node-wide 403 pause).
+    records: Records,
     bucket: TokenBucket,
-    drift: DriftTracker,
-    resizes: ResizeTracker,
     scan: ScanState,
     pod_level: PodLevel,
     templates: Templates,
@@ -118,10 +116,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             api,
             events: EventSink::with_recorder(events, settings.event_interval),
             metrics,
-            memory: Memory::default(),
+            records: Records::default(),
             bucket: TokenBucket::from_config(&settings.policy),
-            drift: DriftTracker::new(settings.drift_grace),
-            resizes: ResizeTracker::new(settings.drift_grace),
             scan: ScanState::new(),
             pod_level: PodLevel::default(),
             templates: Templates::default(),
@@ -168,12 +164,16 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     pub async fn tick(&mut self) -> Option<Round> {
         let now = self.now();
         let obs = self.observe(now).await?;
-        self.learn_declared(&obs.views, now).await;
+        self.templates
+            .learn(&self.api, &mut self.records, &obs.views, now)
+            .await;
         let (round, patches) = self.decide(&obs, now);
         self.announce_yields(&obs.views, &round, now).await;
-        self.probe_pod_level(&obs.views, &round, now).await;
+        self.pod_level
+            .probe(&self.api, &self.settings.policy, &obs.views, &round, now)
+            .await;
         self.act(&obs.views, &patches, now).await;
-        self.verify(&obs, now).await;
+        self.check(&obs, now).await;
         let Observation {
             views,
             cur,
@@ -183,7 +183,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         } = obs;
         self.scan.finish(cur, full, now);
         self.forget_gone(&views);
-        self.export(&views, &slack, &round);
+        export::export(
+            &self.metrics,
+            &views,
+            &slack,
+            &round,
+            self.allocatable_m(),
+            self.scan.unreadable.len(),
+        );
         Some(round)
     }
 
@@ -192,15 +199,20 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     fn decide(&mut self, obs: &Observation, now: Duration) -> (Round, Vec<PatchPlan>) {
         let t_decide = Instant::now();
         let opted = self.caches.opted_in_namespaces();
-        let round = observe_round(
+        let round = decide_round(
             &self.settings.node_name,
             &obs.views,
             &obs.slack,
             &obs.contention,
             obs.held_demand_m,
             &opted,
-            &self.memory.floors,
-            &self.memory.declared,
+            |uid| {
+                let r = self.records.get(uid.as_str());
+                Known {
+                    learned_floor_m: r.and_then(|r| r.learned_floor_m),
+                    declared: r.and_then(|r| r.declared.as_ref()),
+                }
+            },
             self.pod_level.supported,
             crate::policy::writers::wall_clock_s(),
             &self.settings.policy,
@@ -208,7 +220,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let plan = crate::policy::plan(
             &round.node,
             &round.decisions,
-            &self.memory.patches,
+            |uid| self.records.get(uid.as_str())?.last_patch.as_ref(),
             now.as_secs_f64(),
             &mut self.bucket,
             &self.settings.policy,
@@ -223,7 +235,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// writer this round, a log line for each that stops.
     async fn announce_yields(&mut self, views: &[PodView], round: &Round, now: Duration) {
         let changes =
-            outcome::on_yields(&mut self.memory, &round.decisions, !self.settings.dry_run);
+            outcome::on_yields(&mut self.records, &round.decisions, !self.settings.dry_run);
         for (uid, effects) in changes {
             if let Some(v) = views.iter().find(|v| v.uid == uid) {
                 self.apply(v, effects, now).await;
@@ -231,34 +243,30 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
     }
 
+    /// Drops everything remembered about a pod: its record, and the event
+    /// limiter's memory of it. A resize still in flight ends with it.
     fn forget(&mut self, uid: &str) {
-        self.memory.forget(uid);
-        if let Some(d) = self.resizes.forget(uid) {
-            let d = match d {
-                crate::policy::Direction::Raise => crate::metrics::Direction::raise,
-                crate::policy::Direction::Lower => crate::metrics::Direction::lower,
-            };
+        if let Some(r) = self.records.forget(uid).and_then(|r| r.resize) {
             self.metrics
-                .resize(crate::metrics::ResizeResult::pod_gone, d);
+                .resize(crate::metrics::ResizeResult::pod_gone, r.direction());
         }
         self.events.forget(uid);
     }
 
-    /// Drops state and series of pods that left the node. Every per-pod map
-    /// is swept: a pod known to one map only (a dry-run log, a drift event
-    /// of a pod never patched) is forgotten too.
+    /// Drops state and series of pods that left the node: every pod with a
+    /// record, and every pod the event limiter remembers (a pod it sent an
+    /// Event about may have no record).
     fn forget_gone(&mut self, views: &[PodView]) {
         let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
-        let gone: HashSet<String> = self
-            .memory
+        let gone: HashSet<Uid> = self
+            .records
             .uids()
-            .chain(self.resizes.uids())
             .chain(self.events.uids())
             .filter(|u| !live.contains(u.as_str()))
             .cloned()
             .collect();
         for uid in gone {
-            self.forget(&uid);
+            self.forget(uid.as_str());
         }
         let names: HashSet<(String, String)> = views
             .iter()

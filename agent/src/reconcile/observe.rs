@@ -13,8 +13,8 @@ use crate::contention::{self, Contention, Gate, HeldDemand};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
-use crate::model::{Millis, PodView, Qos};
-use crate::node_slack::{self, CapacityInputs, NodeSlack, UsageBasis};
+use crate::model::{Millis, PodView, Qos, Uid};
+use crate::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
 
 /// Minimum time between full scans triggered by a pod whose cgroup is not
 /// known yet (a Running pod without a cgroup must not force one every tick).
@@ -59,7 +59,7 @@ pub(super) struct ScanState {
     /// Last full scan: where every pod's cgroup is (shared with the scan
     /// task on the blocking pool).
     pub index: Option<Arc<NodeSnapshot>>,
-    index_uids: HashSet<String>,
+    index_uids: HashSet<Uid>,
     /// A scan that outlived its tick's deadline: no second one is started
     /// while it runs.
     stuck: Option<ScanTask>,
@@ -72,7 +72,7 @@ pub(super) struct ScanState {
     last_audit: Option<Duration>,
     pub audit_requested: bool,
     /// Pods that could not be read as a PodView: uid → resourceVersion logged.
-    pub unreadable: HashMap<String, String>,
+    pub unreadable: HashMap<Uid, String>,
     /// Reads the tree (its buffer and open handles kept across ticks);
     /// shared with the scan task on the blocking pool.
     scanner: Option<Arc<Mutex<Scanner>>>,
@@ -137,7 +137,7 @@ enum Want {
 pub(super) struct Observation {
     pub views: Vec<PodView>,
     pub cur: NodeSnapshot,
-    pub slack: NodeSlack,
+    pub slack: NodeUsage,
     /// Who waited for CPU this interval.
     pub contention: Contention,
     /// What managed pods give back for it, held across ticks.
@@ -178,7 +178,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         // previous tick did not read is measured since then.
         let older = if full {
             self.scan.last_full = Some(now);
-            self.scan.index_uids = snap.pods.iter().map(|p| p.uid.clone()).collect();
+            self.scan.index_uids = snap.pods.iter().map(|p| p.uid.as_str().into()).collect();
             self.scan.index.replace(Arc::new(snap.clone()))
         } else {
             self.scan.index.clone()
@@ -302,7 +302,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .pods
             .iter()
             .map(|p| {
-                if self.resizes.direction(&p.uid).is_some() {
+                if self.records.get(&p.uid).is_some_and(|r| r.resize.is_some()) {
                     Want::Full
                 } else if p.qos == Qos::BestEffort {
                     Want::Nothing
@@ -353,7 +353,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         &self,
         prev: &NodeSnapshot,
         cur: &NodeSnapshot,
-        slack: &NodeSlack,
+        slack: &NodeUsage,
         views: &[PodView],
         managed: &HashSet<&str>,
     ) -> Contention {
@@ -409,7 +409,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 Ok(v) => out.push(v),
                 Err(e) => {
                     // Logged once per version of the pod, counted every tick.
-                    let uid = p.metadata.uid.clone().unwrap_or_default();
+                    let uid = Uid::from(p.metadata.uid.clone().unwrap_or_default());
                     let rv = p.metadata.resource_version.clone().unwrap_or_default();
                     if self.scan.unreadable.get(&uid) != Some(&rv) {
                         tracing::warn!(pod = ?p.metadata.name, error = %e, "skipping unreadable pod");

@@ -1,4 +1,4 @@
-//! What follows an answer, as data: each function here updates [`Memory`]
+//! What follows an answer, as data: each function here updates [`Records`]
 //! (the only state it touches) and returns the [`Effect`]s for one pod, which
 //! one executor carries out (`effects.rs`) — koordinator's strategies emit
 //! updaters, one executor runs them. No I/O; time and jitter come in.
@@ -11,11 +11,11 @@ use crate::kube::events::{
 };
 use crate::kube::resize::ResizeAnswer;
 use crate::metrics::{PatchErrorClass, ResizeResult};
-use crate::model::{Millis, PodView};
-use crate::policy::{Decision, Direction, PatchPlan, PodMemory, PolicyConfig, Yielded};
+use crate::model::{Millis, PodView, Uid};
+use crate::policy::{Decision, Direction, LastPatch, PatchPlan, PolicyConfig, Yielded};
 use crate::verify::{DriftEvent, Mismatch, ResizeOutcome, Target};
 
-use super::memory::{Jitter, Memory};
+use super::records::{Jitter, Records};
 
 /// One thing to do about one pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,21 +119,21 @@ pub fn fmt_limit(m: Option<Millis>) -> String {
 
 /// The round's pods that begin or stop yielding to another writer, with
 /// their effects: one Event and a log line when a pause begins (not one per
-/// tick: `memory.yielded` remembers it), a log line when it ends. In dry-run
+/// tick: the pod's record remembers it), a log line when it ends. In dry-run
 /// (`events: false`) only the log lines.
 pub fn on_yields(
-    memory: &mut Memory,
+    records: &mut Records,
     decisions: &[Decision],
     events: bool,
-) -> Vec<(String, Vec<Effect>)> {
+) -> Vec<(Uid, Vec<Effect>)> {
     let mut out = Vec::new();
     let mut now_yielded = std::collections::HashSet::new();
     for d in decisions {
-        let Some(y) = d.yielded.as_ref() else {
+        let Some(y) = d.yielded() else {
             continue;
         };
-        now_yielded.insert(d.uid.clone());
-        if memory.yielded.insert(d.uid.clone()) {
+        now_yielded.insert(d.uid.as_str());
+        if !std::mem::replace(&mut records.entry(&d.uid).yielded, true) {
             let mut effects = vec![Effect::Log(Log::Yielded(y.clone()))];
             if events {
                 effects.push(Effect::Event {
@@ -145,24 +145,21 @@ pub fn on_yields(
             out.push((d.uid.clone(), effects));
         }
     }
-    let ended: Vec<String> = memory
-        .yielded
-        .iter()
-        .filter(|u| !now_yielded.contains(*u))
-        .cloned()
-        .collect();
-    for uid in ended {
-        memory.yielded.remove(&uid);
-        out.push((uid, vec![Effect::Log(Log::YieldEnded)]));
+    for (uid, r) in records.iter_mut() {
+        if r.yielded && !now_yielded.contains(uid.as_str()) {
+            r.yielded = false;
+            out.push((uid.clone(), vec![Effect::Log(Log::YieldEnded)]));
+        }
     }
     out
 }
 
 /// `--dry-run`: log and count a plan once per target, send nothing.
-pub fn on_dry_run(memory: &mut Memory, plan: &PatchPlan) -> Vec<Effect> {
-    let before = memory
+pub fn on_dry_run(records: &mut Records, plan: &PatchPlan) -> Vec<Effect> {
+    let before = records
+        .entry(&plan.uid)
         .dry_run_logged
-        .insert(plan.uid.clone(), plan.new_total_m);
+        .replace(plan.new_total_m);
     if before == Some(plan.new_total_m) {
         return Vec::new();
     }
@@ -179,7 +176,7 @@ pub fn on_dry_run(memory: &mut Memory, plan: &PatchPlan) -> Vec<Effect> {
 /// The apiserver answered `plan`'s patch of `view` (after the conflict retry,
 /// if there was one): remember what it teaches and say what to do.
 pub fn on_outcome(
-    memory: &mut Memory,
+    records: &mut Records,
     view: &PodView,
     plan: &PatchPlan,
     answer: ResizeAnswer,
@@ -188,7 +185,7 @@ pub fn on_outcome(
     policy: &PolicyConfig,
 ) -> Vec<Effect> {
     let dir = plan.direction;
-    let uid = plan.uid.as_str();
+    let uid = &plan.uid;
     let mut out: Vec<Effect> = answer
         .outcome
         .error_class()
@@ -200,14 +197,14 @@ pub fn on_outcome(
     match answer.outcome {
         Outcome::Applied => {
             let generation = answer.generation.unwrap_or(view.generation + 1);
-            memory.succeeded(uid);
-            let after = PodMemory::after(
+            records.succeeded(uid);
+            let last = &mut records.entry(uid).last_patch;
+            *last = Some(LastPatch::after(
                 plan,
                 now.as_secs_f64(),
-                memory.patches.get(&plan.uid),
+                last.as_ref(),
                 policy,
-            );
-            memory.patches.insert(plan.uid.clone(), after);
+            ));
             let note = format!("CPU limit {old} → {new}: {}", plan.why);
             out.extend([
                 Effect::Track {
@@ -235,8 +232,8 @@ pub fn on_outcome(
         } => {
             out.push(Effect::Resize(ResizeResult::refused, dir));
             match floor_m {
-                Some(f) => memory.learn_floor(uid, f),
-                None => memory.refused(uid, now),
+                Some(f) => records.learn_floor(uid, f),
+                None => records.refused(uid, now),
             }
             if matches!(
                 refusal,
@@ -266,16 +263,16 @@ pub fn on_outcome(
         }
         Outcome::NotFound => out.push(Effect::Forget),
         Outcome::Conflict => {
-            memory.transient(uid, now, jitter.next01());
+            records.transient(uid, now, jitter.next01());
         }
         Outcome::Forbidden(message) => {
             out.push(Effect::Resize(ResizeResult::error, dir));
-            let pause = memory.forbidden(now);
+            let pause = records.forbidden(now);
             out.push(Effect::Log(Log::Forbidden { message, pause }));
         }
         Outcome::Transient { class, message } => {
             out.push(Effect::Resize(ResizeResult::error, dir));
-            let retry_in = memory.transient(uid, now, jitter.next01());
+            let retry_in = records.transient(uid, now, jitter.next01());
             out.push(Effect::Log(Log::BackingOff {
                 class: class.into(),
                 message,
@@ -317,7 +314,7 @@ pub fn on_resize_outcome(outcome: &ResizeOutcome, direction: Direction) -> Vec<E
 }
 
 /// The pod a drift event is about.
-pub fn drift_uid(ev: &DriftEvent) -> &str {
+pub fn drift_uid(ev: &DriftEvent) -> &Uid {
     match ev {
         DriftEvent::Drift { uid, .. }
         | DriftEvent::Changed { uid, .. }
@@ -404,11 +401,11 @@ mod tests {
         }
     }
 
-    fn run(memory: &mut Memory, outcome: Outcome) -> Vec<Effect> {
+    fn run(records: &mut Records, outcome: Outcome) -> Vec<Effect> {
         let v = view();
         let s = Duration::from_secs(10);
         on_outcome(
-            memory,
+            records,
             &v,
             &lower_to(100),
             answer(outcome),
@@ -420,7 +417,7 @@ mod tests {
 
     #[test]
     fn applied_tracks_the_next_generation_and_remembers_the_patch() {
-        let mut m = Memory::default();
+        let mut m = Records::default();
         let fx = run(&mut m, Outcome::Applied);
         assert_eq!(
             fx[0],
@@ -434,12 +431,19 @@ mod tests {
             fx[1],
             Effect::Resize(ResizeResult::applied, Direction::Lower)
         );
-        assert_eq!(m.patches[&view().uid].last_target_m, 100);
+        assert_eq!(
+            m.get(&view().uid)
+                .unwrap()
+                .last_patch
+                .unwrap()
+                .last_target_m,
+            100
+        );
     }
 
     #[test]
     fn gate_off_refusal_holds_the_pod_and_unmanages_pod_level() {
-        let mut m = Memory::default();
+        let mut m = Records::default();
         let gate_off = Outcome::Refused {
             refusal: Refusal::PodLevelGateOff,
             message: "gate".into(),
@@ -449,12 +453,12 @@ mod tests {
         assert!(fx.contains(&Effect::PodLevelUnsupported));
         assert!(fx.contains(&Effect::PatchError(PatchErrorClass::refused)));
         assert!(!m.may_patch(&view().uid, Duration::from_secs(11)), "held");
-        assert!(m.floors.is_empty());
+        assert_eq!(m.get(&view().uid).unwrap().learned_floor_m, None);
     }
 
     #[test]
     fn gone_forbidden_and_transient_answers() {
-        let mut m = Memory::default();
+        let mut m = Records::default();
         assert_eq!(
             run(&mut m, Outcome::NotFound),
             [
@@ -470,7 +474,7 @@ mod tests {
             !m.may_patch("other", Duration::from_secs(11)),
             "node-wide pause"
         );
-        let mut m = Memory::default();
+        let mut m = Records::default();
         let slow = Outcome::Transient {
             class: crate::kube::classify::TransientClass::Throttled,
             message: "slow".into(),
@@ -484,7 +488,7 @@ mod tests {
 
     #[test]
     fn dry_run_logs_and_counts_a_target_once() {
-        let mut m = Memory::default();
+        let mut m = Records::default();
         assert_eq!(on_dry_run(&mut m, &lower_to(100)).len(), 2);
         assert!(on_dry_run(&mut m, &lower_to(100)).is_empty());
         assert_eq!(on_dry_run(&mut m, &lower_to(110)).len(), 2);

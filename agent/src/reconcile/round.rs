@@ -6,9 +6,19 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::contention::Contention;
-use crate::model::{DeclaredLimits, Millis, PodView};
-use crate::node_slack::NodeSlack;
+use crate::model::{DeclaredLimits, Millis, PodView, Uid};
+use crate::node_slack::NodeUsage;
 use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
+
+/// What the agent remembers of a pod that the round reads (nothing on a
+/// first round, or in `explain`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Known<'a> {
+    /// Floor learned from an apiserver refusal.
+    pub learned_floor_m: Option<Millis>,
+    /// Limits the workload declares.
+    pub declared: Option<&'a DeclaredLimits>,
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Round {
@@ -18,17 +28,17 @@ pub struct Round {
 
 /// Runs the policy over this node's pods with the measured slack;
 /// `contention` says who waited this interval, `owed_m` what displaced pods
-/// are owed as the caller holds it ([`crate::contention::HeldDemand`]).
+/// are owed as the caller holds it ([`crate::contention::HeldDemand`]);
+/// `known` what the caller remembers of each pod.
 #[allow(clippy::too_many_arguments)]
-pub fn observe_round(
+pub fn decide_round<'a>(
     node_name: &str,
     views: &[PodView],
-    slack: &NodeSlack,
+    slack: &NodeUsage,
     contention: &Contention,
     owed_m: Millis,
     opted_in_namespaces: &HashSet<String>,
-    learned_floors: &HashMap<String, Millis>,
-    declared: &HashMap<String, DeclaredLimits>,
+    known: impl Fn(&Uid) -> Known<'a>,
     pod_level_supported: Option<bool>,
     wall_clock_s: i64,
     cfg: &PolicyConfig,
@@ -47,13 +57,14 @@ pub fn observe_round(
         .iter()
         .map(|v| {
             let (usage_m, throttled_ratio) = usage.get(v.uid.as_str()).copied().unwrap_or((0, 0.0));
+            let known = known(&v.uid);
             PodInput {
                 pod: v,
                 namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
                 usage_m,
                 throttled_ratio,
-                extra_floor_m: learned_floors.get(&v.uid).copied(),
-                declared: declared.get(&v.uid),
+                extra_floor_m: known.learned_floor_m,
+                declared: known.declared,
             }
         })
         .collect();

@@ -27,6 +27,7 @@ use crate::kube::watch::Caches;
 use crate::metrics::Metrics;
 use crate::model::{ContainerKind, DeclaredLimits, Millis, OwnerRef};
 use crate::policy::PolicyConfig;
+use crate::verify::InflightResize;
 
 const NODE: &str = "n1";
 const UID: &str = "5f0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b";
@@ -326,7 +327,7 @@ async fn idle_node_raises_and_a_conflict_is_reread_and_retried_once() {
         Reply::Applied { generation: 2 },
     ]);
     let round = h.tick().await.expect("a round");
-    assert_eq!(round.decisions[0].target_m, Some(400));
+    assert_eq!(round.decisions[0].target_m(), Some(400));
     let sent = h.resizes();
     assert_eq!(sent.len(), 2, "one send and one retry: {sent:?}");
     assert_eq!(sent[0], sent[1], "the retry sends the same patch");
@@ -342,7 +343,15 @@ async fn idle_node_raises_and_a_conflict_is_reread_and_retried_once() {
         (EventType::Normal, REASON_RESIZED)
     );
     assert!(note.contains("200m → 400m"), "{note}");
-    assert_eq!(h.agent.resizes.generation(UID), Some(2), "in flight");
+    assert_eq!(
+        h.agent
+            .records
+            .get(UID)
+            .and_then(|r| r.resize.as_ref())
+            .map(InflightResize::generation),
+        Some(2),
+        "in flight"
+    );
 }
 
 /// (d) The resize is verified once the kubelet wrote the new `cpu.max` and
@@ -358,7 +367,7 @@ async fn resize_is_verified_when_cpu_max_and_the_cache_show_it() {
     assert_eq!(h.metric(RESIZES, &verified), 1.0);
     let latency = "headroom_resize_verification_latency_seconds_count";
     assert_eq!(h.metric(latency, &[]), 1.0);
-    assert_eq!(h.agent.resizes.in_flight(), 0);
+    assert_eq!(h.agent.records.resizes_in_flight(), 0);
     assert_eq!(h.resizes().len(), 1, "nothing else sent");
 }
 
@@ -376,7 +385,10 @@ async fn refusal_with_a_floor_is_learned_and_the_next_plan_respects_it() {
     let refused = h.resizes().last().cloned().unwrap();
     assert_eq!(refused.change, app_limit(100), "lowered to the request");
     let q = refused.quantum_m;
-    assert_eq!(h.agent.memory.floors.get(UID), Some(&(100 + q)));
+    assert_eq!(
+        h.agent.records.get(UID).unwrap().learned_floor_m,
+        Some(100 + q)
+    );
     let lower_refused = [("result", "refused"), ("direction", "lower")];
     assert_eq!(h.metric(RESIZES, &lower_refused), 1.0);
     let (type_, reason, _) = h.events().last().cloned().unwrap();
@@ -402,7 +414,7 @@ async fn a_stale_cache_never_verifies_a_resize() {
     let raise = |result| [("result", result), ("direction", "raise")];
     assert_eq!(h.metric(RESIZES, &raise("verified")), 0.0);
     assert_eq!(h.metric(RESIZES, &raise("unverified")), 1.0);
-    assert_eq!(h.agent.resizes.in_flight(), 0);
+    assert_eq!(h.agent.records.resizes_in_flight(), 0);
 }
 
 const NBR_UID: &str = "7a6b5c4d-3e2f-4a1b-9c8d-7e6f5a4b3c2d";
@@ -578,9 +590,9 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
     for _ in 0..10 {
         let round = h.tick().await.expect("a round");
         let d = &round.decisions[0];
-        assert_eq!(d.reason, Some(crate::policy::Unmanaged::OtherWriter));
+        assert_eq!(d.reason(), Some(crate::policy::Unmanaged::OtherWriter));
         assert_eq!(
-            d.yielded.as_ref().map(|y| y.manager.as_str()),
+            d.yielded().as_ref().map(|y| y.manager.as_str()),
             Some("vpa-updater")
         );
     }
@@ -603,7 +615,7 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
     );
     let pods = "headroom_pods";
     assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 1.0);
-    assert!(h.agent.memory.yielded.contains(UID));
+    assert!(h.agent.records.get(UID).unwrap().yielded);
 
     // A resume time before the change does not cover it.
     h.pods
@@ -621,12 +633,12 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
     h.clock.fetch_add(60, Ordering::SeqCst);
     h.script([Reply::Applied { generation: 4 }]);
     let round = h.tick().await.expect("a round");
-    assert_eq!(round.decisions[0].reason, None);
+    assert_eq!(round.decisions[0].reason(), None);
     assert_eq!(
         h.resizes().last().map(|r| r.change.clone()),
         Some(app_limit(400))
     );
-    assert!(!h.agent.memory.yielded.contains(UID));
+    assert!(!h.agent.records.get(UID).unwrap().yielded);
     assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 0.0);
     assert_eq!(
         h.events()

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::cgroup::{CgroupError, ContainerRole, CpuMax, Driver, NodeSnapshot, PodCgroup};
-use crate::model::PodView;
 pub use crate::model::Target;
+use crate::model::{PodView, Uid};
 use crate::quantity::format_cpu_millis;
 use crate::verify::expected::{DEFAULT_PERIOD_US, Expected, ExpectedMax, expected_cpu_max};
 
@@ -131,7 +131,7 @@ pub fn compare(expected: &Expected, observed: &PodCgroup, driver: Driver) -> Vec
 /// The result of auditing one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodAudit {
-    pub uid: String,
+    pub uid: Uid,
     pub mismatches: Vec<Mismatch>,
 }
 
@@ -265,7 +265,7 @@ pub(crate) mod tests {
             throttled_usec: None,
         });
         PodCgroup {
-            uid: p.uid.clone(),
+            uid: p.uid.to_string(),
             qos: p.qos,
             path,
             sample: Ok(sample(max(e.pod.quota_us()))),

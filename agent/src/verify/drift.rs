@@ -1,11 +1,12 @@
-//! Drift and resize verification as pure state machines. Time is passed in
-//! (`now`, a monotonic [`Duration`] since any fixed origin), so tests drive
-//! them without clocks.
+//! Drift and resize verification as pure state machines, one per pod (the
+//! reconciler keeps them in the pod's record, so they go with it). Time and
+//! grace are passed in (`now`, a monotonic [`Duration`] since any fixed
+//! origin), so tests drive them without clocks.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::model::ResizeState;
+use crate::model::{ResizeState, Uid};
 use crate::policy::Direction;
 use crate::verify::compare::{Mismatch, Target};
 
@@ -17,23 +18,23 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 pub enum DriftEvent {
     /// A mismatch outlived the grace period (emitted once on entry).
     Drift {
-        uid: String,
+        uid: Uid,
         mismatch: Mismatch,
         /// When the mismatch was first seen.
         since: Duration,
     },
     /// Still drifting, but the found value changed (refresh the Event text;
     /// not a new drift for counters).
-    Changed { uid: String, mismatch: Mismatch },
+    Changed { uid: Uid, mismatch: Mismatch },
     /// The cgroup matches again after a drift.
     Cleared {
-        uid: String,
+        uid: Uid,
         target: Target,
         /// How long it drifted, from first mismatch to the match.
         lasted: Duration,
     },
     /// The pod vanished while drifting: drop its series.
-    Forgotten { uid: String, target: Target },
+    Forgotten { uid: Uid, target: Target },
 }
 
 #[derive(Debug, Clone)]
@@ -48,68 +49,46 @@ enum State {
     },
 }
 
-/// Tracks mismatches per (pod uid, target). A mismatch becomes drift only
-/// once it has lasted `grace`; a match ends it.
-#[derive(Debug, Clone)]
-pub struct DriftTracker {
-    grace: Duration,
-    pods: HashMap<String, HashMap<Target, State>>,
+/// One pod's mismatches, per target (its record's part; time and grace
+/// come in). A mismatch becomes drift only once it has lasted `grace`; a
+/// match ends it.
+#[derive(Debug, Clone, Default)]
+pub struct PodDrift {
+    targets: HashMap<Target, State>,
 }
 
-impl Default for DriftTracker {
-    fn default() -> Self {
-        Self::new(DEFAULT_GRACE)
-    }
-}
-
-impl DriftTracker {
-    pub fn new(grace: Duration) -> Self {
-        Self {
-            grace,
-            pods: HashMap::new(),
-        }
-    }
-
-    pub fn grace(&self) -> Duration {
-        self.grace
-    }
-
-    /// One check of one target: `mismatch` is `None` when it matched.
+impl PodDrift {
+    /// One check of one target of pod `uid`: `mismatch` is `None` when it
+    /// matched.
     pub fn observe(
         &mut self,
-        uid: &str,
+        uid: &Uid,
         target: &Target,
         mismatch: Option<&Mismatch>,
         now: Duration,
+        grace: Duration,
     ) -> Vec<DriftEvent> {
         let mut out = Vec::new();
         match mismatch {
             None => {
-                if let Some(targets) = self.pods.get_mut(uid) {
-                    if let Some(State::Drifting { since, .. }) = targets.remove(target) {
-                        out.push(DriftEvent::Cleared {
-                            uid: uid.to_string(),
-                            target: target.clone(),
-                            lasted: now.saturating_sub(since),
-                        });
-                    }
-                    if targets.is_empty() {
-                        self.pods.remove(uid);
-                    }
+                if let Some(State::Drifting { since, .. }) = self.targets.remove(target) {
+                    out.push(DriftEvent::Cleared {
+                        uid: uid.clone(),
+                        target: target.clone(),
+                        lasted: now.saturating_sub(since),
+                    });
                 }
             }
             Some(m) => {
                 let state = self
-                    .pods
-                    .entry(uid.to_string())
-                    .or_default()
+                    .targets
                     .entry(target.clone())
                     .or_insert(State::Pending { since: now });
                 match state {
-                    State::Pending { since } if now.saturating_sub(*since) >= self.grace => {
+                    State::Pending { since } if now.saturating_sub(*since) >= grace => {
                         let since = *since;
                         out.push(DriftEvent::Drift {
-                            uid: uid.to_string(),
+                            uid: uid.clone(),
                             mismatch: m.clone(),
                             since,
                         });
@@ -123,7 +102,7 @@ impl DriftTracker {
                         if mismatch != m {
                             *mismatch = m.clone();
                             out.push(DriftEvent::Changed {
-                                uid: uid.to_string(),
+                                uid: uid.clone(),
                                 mismatch: m.clone(),
                             });
                         }
@@ -134,44 +113,39 @@ impl DriftTracker {
         out
     }
 
-    /// One audit of a whole pod: `mismatches` as [`compare`](super::compare::compare)
-    /// returned them. Every tracked target of the pod not listed matched.
+    /// One audit of the whole pod: `mismatches` as [`compare`](super::compare::compare)
+    /// returned them. Every tracked target not listed matched.
     pub fn observe_pod(
         &mut self,
-        uid: &str,
+        uid: &Uid,
         mismatches: &[Mismatch],
         now: Duration,
+        grace: Duration,
     ) -> Vec<DriftEvent> {
         let mut out = Vec::new();
         let matched: Vec<Target> = self
-            .pods
-            .get(uid)
-            .map(|t| {
-                t.keys()
-                    .filter(|k| !mismatches.iter().any(|m| &m.target == *k))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
+            .targets
+            .keys()
+            .filter(|k| !mismatches.iter().any(|m| &m.target == *k))
+            .cloned()
+            .collect();
         for t in &matched {
-            out.extend(self.observe(uid, t, None, now));
+            out.extend(self.observe(uid, t, None, now, grace));
         }
         for m in mismatches {
-            out.extend(self.observe(uid, &m.target, Some(m), now));
+            out.extend(self.observe(uid, &m.target, Some(m), now, grace));
         }
         out
     }
 
-    /// The pod is gone: drop its state; drifting targets give `Forgotten`.
-    pub fn forget(&mut self, uid: &str) -> Vec<DriftEvent> {
-        let Some(targets) = self.pods.remove(uid) else {
-            return Vec::new();
-        };
-        let mut out: Vec<DriftEvent> = targets
+    /// The pod no longer runs: drop its state; drifting targets give
+    /// `Forgotten`.
+    pub fn forget(&mut self, uid: &Uid) -> Vec<DriftEvent> {
+        let mut out: Vec<DriftEvent> = std::mem::take(&mut self.targets)
             .into_iter()
             .filter(|(_, s)| matches!(s, State::Drifting { .. }))
             .map(|(target, _)| DriftEvent::Forgotten {
-                uid: uid.to_string(),
+                uid: uid.clone(),
                 target,
             })
             .collect();
@@ -179,32 +153,21 @@ impl DriftTracker {
         out
     }
 
-    /// Forgets every pod for which `live` is false.
-    pub fn retain(&mut self, live: impl Fn(&str) -> bool) -> Vec<DriftEvent> {
-        let gone: Vec<String> = self.pods.keys().filter(|u| !live(u)).cloned().collect();
-        gone.iter().flat_map(|u| self.forget(u)).collect()
+    pub fn is_drifting(&self, target: &Target) -> bool {
+        matches!(self.targets.get(target), Some(State::Drifting { .. }))
     }
 
-    pub fn is_drifting(&self, uid: &str, target: &Target) -> bool {
-        matches!(
-            self.pods.get(uid).and_then(|t| t.get(target)),
-            Some(State::Drifting { .. })
-        )
-    }
-
-    /// Every drifting target: (uid, mismatch).
-    pub fn drifting(&self) -> impl Iterator<Item = (&str, &Mismatch)> {
-        self.pods.iter().flat_map(|(uid, t)| {
-            t.values().filter_map(move |s| match s {
-                State::Drifting { mismatch, .. } => Some((uid.as_str(), mismatch)),
-                State::Pending { .. } => None,
-            })
+    /// Every drifting target's mismatch.
+    pub fn drifting(&self) -> impl Iterator<Item = &Mismatch> {
+        self.targets.values().filter_map(|s| match s {
+            State::Drifting { mismatch, .. } => Some(mismatch),
+            State::Pending { .. } => None,
         })
     }
 
-    /// Number of pods with any tracked (pending or drifting) target.
-    pub fn tracked_pods(&self) -> usize {
-        self.pods.len()
+    /// Whether any target is tracked (pending or drifting).
+    pub fn is_tracked(&self) -> bool {
+        !self.targets.is_empty()
     }
 }
 
@@ -214,30 +177,22 @@ pub enum ResizeOutcome {
     /// The cgroups matched the patched spec. `latency`: patch sent → first
     /// match seen.
     Verified {
-        uid: String,
+        uid: Uid,
         generation: i64,
         latency: Duration,
     },
     /// No match within grace: after the kubelet reported done, or (if it
     /// never did) after the patch was sent.
     Unverified {
-        uid: String,
+        uid: Uid,
         generation: i64,
         kubelet_done: bool,
         waited: Duration,
     },
 }
 
-#[derive(Debug, Clone)]
-struct Inflight {
-    generation: i64,
-    direction: Direction,
-    sent_at: Duration,
-    done_at: Option<Duration>,
-    first_match: Option<Duration>,
-}
-
-/// Follows each patched resize until it is verified in the cgroups.
+/// A patched resize followed until it is verified in the cgroups (its
+/// pod's record holds it while in flight).
 ///
 /// Rules: a match after the kubelet reports done verifies. A match seen
 /// *before* done (status lagging behind a correct cgroup, docs/kubelet-behaviour.md §3) is
@@ -245,15 +200,12 @@ struct Inflight {
 /// runs out with status still lagging — never as a failure. No match within
 /// `grace` of done (or of sending, if done never comes) → unverified.
 #[derive(Debug, Clone)]
-pub struct ResizeTracker {
-    grace: Duration,
-    inflight: HashMap<String, Inflight>,
-}
-
-impl Default for ResizeTracker {
-    fn default() -> Self {
-        Self::new(DEFAULT_GRACE)
-    }
+pub struct InflightResize {
+    generation: i64,
+    direction: Direction,
+    sent_at: Duration,
+    done_at: Option<Duration>,
+    first_match: Option<Duration>,
 }
 
 /// Whether the kubelet has finished the resize of `generation`: observed
@@ -264,102 +216,69 @@ pub fn kubelet_done(resize: &ResizeState, generation: i64) -> bool {
         && resize.in_progress.is_none()
 }
 
-impl ResizeTracker {
-    pub fn new(grace: Duration) -> Self {
-        Self {
-            grace,
-            inflight: HashMap::new(),
-        }
-    }
-
+impl InflightResize {
     /// A resize patch (raising or lowering the limit: `direction`) was
-    /// accepted; its response carried `generation`. A newer patch of the
-    /// same pod replaces an older one in flight: its direction is returned
-    /// (it ends superseded).
-    pub fn patched(
-        &mut self,
-        uid: &str,
-        generation: i64,
-        direction: Direction,
-        sent_at: Duration,
-    ) -> Option<Direction> {
-        self.inflight
-            .insert(
-                uid.to_string(),
-                Inflight {
-                    generation,
-                    direction,
-                    sent_at,
-                    done_at: None,
-                    first_match: None,
-                },
-            )
-            .map(|r| r.direction)
+    /// accepted; its response carried `generation`. It replaces an older
+    /// one of the same pod in flight (which ends superseded).
+    pub fn patched(generation: i64, direction: Direction, sent_at: Duration) -> Self {
+        Self {
+            generation,
+            direction,
+            sent_at,
+            done_at: None,
+            first_match: None,
+        }
     }
 
     /// Feed the pod's resize status (from each watch event). Returns true
     /// when the kubelet is (now) done: time to re-read the cgroups.
-    pub fn kubelet_status(&mut self, uid: &str, resize: &ResizeState, now: Duration) -> bool {
-        let Some(r) = self.inflight.get_mut(uid) else {
-            return false;
-        };
-        if r.done_at.is_none() && kubelet_done(resize, r.generation) {
-            r.done_at = Some(now);
+    pub fn kubelet_status(&mut self, resize: &ResizeState, now: Duration) -> bool {
+        if self.done_at.is_none() && kubelet_done(resize, self.generation) {
+            self.done_at = Some(now);
         }
-        r.done_at.is_some()
+        self.done_at.is_some()
     }
 
-    /// The pod's cgroups were compared with its spec at `now`.
-    pub fn checked(&mut self, uid: &str, matches: bool, now: Duration) -> Option<ResizeOutcome> {
-        let r = self.inflight.get_mut(uid)?;
-        if matches && r.first_match.is_none() {
-            r.first_match = Some(now);
+    /// Pod `uid`'s cgroups were compared with its spec at `now`. `Some`
+    /// when the resize ended (the caller drops it).
+    pub fn checked(
+        &mut self,
+        uid: &Uid,
+        matches: bool,
+        now: Duration,
+        grace: Duration,
+    ) -> Option<ResizeOutcome> {
+        if matches && self.first_match.is_none() {
+            self.first_match = Some(now);
         }
-        let base = r.done_at.unwrap_or(r.sent_at);
-        let expired = now.saturating_sub(base) >= self.grace;
-        let outcome = match (r.first_match, r.done_at.is_some() || expired) {
+        let base = self.done_at.unwrap_or(self.sent_at);
+        let expired = now.saturating_sub(base) >= grace;
+        match (self.first_match, self.done_at.is_some() || expired) {
             // Verified: done and matched, or status lagged past grace but
             // the cgroup was right.
-            (Some(m), true) if matches || r.done_at.is_none() => ResizeOutcome::Verified {
-                uid: uid.to_string(),
-                generation: r.generation,
-                latency: m.saturating_sub(r.sent_at),
-            },
-            _ if expired => ResizeOutcome::Unverified {
-                uid: uid.to_string(),
-                generation: r.generation,
-                kubelet_done: r.done_at.is_some(),
-                waited: now.saturating_sub(r.sent_at),
-            },
-            _ => return None,
-        };
-        self.inflight.remove(uid);
-        Some(outcome)
+            (Some(m), true) if matches || self.done_at.is_none() => Some(ResizeOutcome::Verified {
+                uid: uid.clone(),
+                generation: self.generation,
+                latency: m.saturating_sub(self.sent_at),
+            }),
+            _ if expired => Some(ResizeOutcome::Unverified {
+                uid: uid.clone(),
+                generation: self.generation,
+                kubelet_done: self.done_at.is_some(),
+                waited: now.saturating_sub(self.sent_at),
+            }),
+            _ => None,
+        }
     }
 
-    /// Generation of the resize in flight for `uid`, if any.
-    pub fn generation(&self, uid: &str) -> Option<i64> {
-        self.inflight.get(uid).map(|r| r.generation)
+    /// Generation the patch's response carried.
+    pub fn generation(&self) -> i64 {
+        self.generation
     }
 
-    /// Direction of the resize in flight for `uid`, if any.
-    pub fn direction(&self, uid: &str) -> Option<Direction> {
-        self.inflight.get(uid).map(|r| r.direction)
-    }
-
-    /// Pods (uids) with a resize in flight.
-    pub fn uids(&self) -> impl Iterator<Item = &String> {
-        self.inflight.keys()
-    }
-
-    /// The pod is gone: nothing to verify. The direction of the resize that
-    /// was in flight, if one was (it ends with the pod).
-    pub fn forget(&mut self, uid: &str) -> Option<Direction> {
-        self.inflight.remove(uid).map(|r| r.direction)
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.inflight.len()
+    /// Which way the resize goes.
+    pub fn direction(&self) -> Direction {
+        self.direction
     }
 }
 
@@ -370,8 +289,14 @@ mod tests {
     use crate::verify::compare::Observed;
     use crate::verify::expected::ExpectedMax;
 
+    const G: Duration = Duration::from_secs(30);
+
     fn s(secs: u64) -> Duration {
         Duration::from_secs(secs)
+    }
+
+    fn u() -> Uid {
+        "u".into()
     }
 
     fn mm(target: Target, found: u64) -> Mismatch {
@@ -391,19 +316,25 @@ mod tests {
 
     #[test]
     fn mismatch_within_grace_is_not_drift() {
-        let mut t = DriftTracker::new(s(30));
+        let mut t = PodDrift::default();
         let m = mm(Target::Pod, 11_000);
-        assert_eq!(t.observe_pod("u", std::slice::from_ref(&m), s(0)), vec![]);
-        assert_eq!(t.observe_pod("u", std::slice::from_ref(&m), s(29)), vec![]);
-        assert!(!t.is_drifting("u", &Target::Pod));
+        assert_eq!(
+            t.observe_pod(&u(), std::slice::from_ref(&m), s(0), G),
+            vec![]
+        );
+        assert_eq!(
+            t.observe_pod(&u(), std::slice::from_ref(&m), s(29), G),
+            vec![]
+        );
+        assert!(!t.is_drifting(&Target::Pod));
     }
 
     #[test]
     fn mismatch_outliving_grace_is_drift_once() {
-        let mut t = DriftTracker::new(s(30));
+        let mut t = PodDrift::default();
         let m = mm(Target::Pod, 11_000);
-        t.observe_pod("u", std::slice::from_ref(&m), s(0));
-        let ev = t.observe_pod("u", std::slice::from_ref(&m), s(30));
+        t.observe_pod(&u(), std::slice::from_ref(&m), s(0), G);
+        let ev = t.observe_pod(&u(), std::slice::from_ref(&m), s(30), G);
         assert_eq!(
             ev,
             vec![DriftEvent::Drift {
@@ -412,29 +343,39 @@ mod tests {
                 since: s(0)
             }]
         );
-        assert!(t.is_drifting("u", &Target::Pod));
-        assert_eq!(t.observe_pod("u", std::slice::from_ref(&m), s(60)), vec![]);
+        assert!(t.is_drifting(&Target::Pod));
+        assert_eq!(
+            t.observe_pod(&u(), std::slice::from_ref(&m), s(60), G),
+            vec![]
+        );
         assert_eq!(t.drifting().count(), 1);
     }
 
     #[test]
     fn match_within_grace_resets_the_clock() {
-        let mut t = DriftTracker::new(s(30));
+        let mut t = PodDrift::default();
         let m = mm(Target::Pod, 11_000);
-        t.observe_pod("u", std::slice::from_ref(&m), s(0));
-        assert_eq!(t.observe_pod("u", &[], s(20)), vec![]);
-        t.observe_pod("u", std::slice::from_ref(&m), s(25));
-        assert_eq!(t.observe_pod("u", std::slice::from_ref(&m), s(50)), vec![]);
-        assert_eq!(t.observe_pod("u", std::slice::from_ref(&m), s(55)).len(), 1);
+        t.observe_pod(&u(), std::slice::from_ref(&m), s(0), G);
+        assert_eq!(t.observe_pod(&u(), &[], s(20), G), vec![]);
+        t.observe_pod(&u(), std::slice::from_ref(&m), s(25), G);
+        assert_eq!(
+            t.observe_pod(&u(), std::slice::from_ref(&m), s(50), G),
+            vec![]
+        );
+        assert_eq!(
+            t.observe_pod(&u(), std::slice::from_ref(&m), s(55), G)
+                .len(),
+            1
+        );
     }
 
     #[test]
     fn drift_clears_when_the_cgroup_matches_again() {
-        let mut t = DriftTracker::new(s(30));
+        let mut t = PodDrift::default();
         let m = mm(Target::Container("c".into()), 20_000);
-        t.observe_pod("u", std::slice::from_ref(&m), s(0));
-        t.observe_pod("u", std::slice::from_ref(&m), s(30));
-        let ev = t.observe_pod("u", &[], s(45));
+        t.observe_pod(&u(), std::slice::from_ref(&m), s(0), G);
+        t.observe_pod(&u(), std::slice::from_ref(&m), s(30), G);
+        let ev = t.observe_pod(&u(), &[], s(45), G);
         assert_eq!(
             ev,
             vec![DriftEvent::Cleared {
@@ -443,50 +384,50 @@ mod tests {
                 lasted: s(45)
             }]
         );
-        assert_eq!(t.tracked_pods(), 0);
+        assert!(!t.is_tracked());
     }
 
     #[test]
     fn changed_value_while_drifting_is_reported_as_changed() {
-        let mut t = DriftTracker::new(s(30));
-        t.observe_pod("u", &[mm(Target::Pod, 11_000)], s(0));
-        t.observe_pod("u", &[mm(Target::Pod, 11_000)], s(30));
-        let ev = t.observe_pod("u", &[mm(Target::Pod, 12_000)], s(40));
+        let mut t = PodDrift::default();
+        t.observe_pod(&u(), &[mm(Target::Pod, 11_000)], s(0), G);
+        t.observe_pod(&u(), &[mm(Target::Pod, 11_000)], s(30), G);
+        let ev = t.observe_pod(&u(), &[mm(Target::Pod, 12_000)], s(40), G);
         assert!(matches!(&ev[..], [DriftEvent::Changed { .. }]));
     }
 
     #[test]
     fn targets_are_tracked_separately() {
-        let mut t = DriftTracker::new(s(30));
-        t.observe_pod("u", &[mm(Target::Pod, 1)], s(0));
+        let mut t = PodDrift::default();
+        t.observe_pod(&u(), &[mm(Target::Pod, 1)], s(0), G);
         let ev = t.observe_pod(
-            "u",
+            &u(),
             &[mm(Target::Pod, 1), mm(Target::Container("c".into()), 2)],
             s(30),
+            G,
         );
         assert_eq!(ev.len(), 1);
-        assert!(t.is_drifting("u", &Target::Pod));
-        assert!(!t.is_drifting("u", &Target::Container("c".into())));
+        assert!(t.is_drifting(&Target::Pod));
+        assert!(!t.is_drifting(&Target::Container("c".into())));
     }
 
     #[test]
     fn vanished_pod_is_forgotten() {
-        let mut t = DriftTracker::new(s(30));
-        t.observe_pod("u", &[mm(Target::Pod, 1)], s(0));
-        t.observe_pod("u", &[mm(Target::Pod, 1)], s(30));
-        t.observe_pod("v", &[mm(Target::Pod, 1)], s(30));
-        let ev = t.retain(|uid| uid == "v");
+        let (mut t, mut pending) = (PodDrift::default(), PodDrift::default());
+        t.observe_pod(&u(), &[mm(Target::Pod, 1)], s(0), G);
+        t.observe_pod(&u(), &[mm(Target::Pod, 1)], s(30), G);
+        pending.observe_pod(&"v".into(), &[mm(Target::Pod, 1)], s(30), G);
         assert_eq!(
-            ev,
+            t.forget(&u()),
             vec![DriftEvent::Forgotten {
                 uid: "u".into(),
                 target: Target::Pod
             }]
         );
-        assert_eq!(t.tracked_pods(), 1);
+        assert!(!t.is_tracked());
         // A pending (not drifting) pod is dropped silently.
-        assert_eq!(t.forget("v"), vec![]);
-        assert_eq!(t.tracked_pods(), 0);
+        assert_eq!(pending.forget(&"v".into()), vec![]);
+        assert!(!pending.is_tracked());
     }
 
     fn done(gen_: i64) -> ResizeState {
@@ -521,30 +462,27 @@ mod tests {
 
     #[test]
     fn match_after_done_verifies_with_latency_from_send() {
-        let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, Direction::Raise, s(10));
-        assert!(!r.kubelet_status("u", &in_progress(3), s(11)));
-        assert!(r.kubelet_status("u", &done(3), s(12)));
+        let mut r = InflightResize::patched(3, Direction::Raise, s(10));
+        assert!(!r.kubelet_status(&in_progress(3), s(11)));
+        assert!(r.kubelet_status(&done(3), s(12)));
         assert_eq!(
-            r.checked("u", true, s(13)),
+            r.checked(&u(), true, s(13), G),
             Some(ResizeOutcome::Verified {
                 uid: "u".into(),
                 generation: 3,
                 latency: s(3)
             })
         );
-        assert_eq!(r.in_flight(), 0);
     }
 
     #[test]
     fn mismatch_after_done_within_grace_waits() {
-        let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, Direction::Raise, s(0));
-        r.kubelet_status("u", &done(3), s(5));
-        assert_eq!(r.checked("u", false, s(6)), None);
-        assert_eq!(r.checked("u", false, s(34)), None);
+        let mut r = InflightResize::patched(3, Direction::Raise, s(0));
+        r.kubelet_status(&done(3), s(5));
+        assert_eq!(r.checked(&u(), false, s(6), G), None);
+        assert_eq!(r.checked(&u(), false, s(34), G), None);
         assert_eq!(
-            r.checked("u", false, s(35)),
+            r.checked(&u(), false, s(35), G),
             Some(ResizeOutcome::Unverified {
                 uid: "u".into(),
                 generation: 3,
@@ -556,12 +494,11 @@ mod tests {
 
     #[test]
     fn kubelet_never_done_and_no_match_is_unverified() {
-        let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, Direction::Raise, s(0));
-        r.kubelet_status("u", &in_progress(3), s(1));
-        assert_eq!(r.checked("u", false, s(29)), None);
+        let mut r = InflightResize::patched(3, Direction::Raise, s(0));
+        r.kubelet_status(&in_progress(3), s(1));
+        assert_eq!(r.checked(&u(), false, s(29), G), None);
         assert!(matches!(
-            r.checked("u", false, s(30)),
+            r.checked(&u(), false, s(30), G),
             Some(ResizeOutcome::Unverified {
                 kubelet_done: false,
                 ..
@@ -572,12 +509,11 @@ mod tests {
     /// docs/kubelet-behaviour.md §3: status still in progress while cpu.max is already right.
     #[test]
     fn lagging_status_with_correct_cgroup_is_verified_not_drift() {
-        let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, Direction::Raise, s(0));
-        r.kubelet_status("u", &in_progress(3), s(1));
-        assert_eq!(r.checked("u", true, s(6)), None);
+        let mut r = InflightResize::patched(3, Direction::Raise, s(0));
+        r.kubelet_status(&in_progress(3), s(1));
+        assert_eq!(r.checked(&u(), true, s(6), G), None);
         assert_eq!(
-            r.checked("u", true, s(30)),
+            r.checked(&u(), true, s(30), G),
             Some(ResizeOutcome::Verified {
                 uid: "u".into(),
                 generation: 3,
@@ -588,57 +524,12 @@ mod tests {
 
     #[test]
     fn lagging_status_then_done_verifies_with_first_match_latency() {
-        let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, Direction::Raise, s(0));
-        r.checked("u", true, s(4));
-        r.kubelet_status("u", &done(3), s(9));
+        let mut r = InflightResize::patched(3, Direction::Raise, s(0));
+        r.checked(&u(), true, s(4), G);
+        r.kubelet_status(&done(3), s(9));
         assert!(matches!(
-            r.checked("u", true, s(10)),
+            r.checked(&u(), true, s(10), G),
             Some(ResizeOutcome::Verified { latency, .. }) if latency == s(4)
         ));
-    }
-
-    #[test]
-    fn newer_patch_replaces_the_one_in_flight() {
-        let mut r = ResizeTracker::new(s(30));
-        r.patched("u", 3, Direction::Raise, s(0));
-        r.patched("u", 4, Direction::Raise, s(10));
-        assert!(!r.kubelet_status("u", &done(3), s(11)));
-        assert!(r.kubelet_status("u", &done(4), s(12)));
-        assert!(matches!(
-            r.checked("u", true, s(12)),
-            Some(ResizeOutcome::Verified { generation: 4, .. })
-        ));
-    }
-
-    #[test]
-    fn direction_is_kept_while_in_flight() {
-        let mut r = ResizeTracker::new(s(30));
-        assert_eq!(r.patched("u", 3, Direction::Lower, s(0)), None);
-        assert_eq!(r.direction("u"), Some(Direction::Lower));
-        assert_eq!(r.uids().collect::<Vec<_>>(), ["u"]);
-        assert_eq!(
-            r.patched("u", 4, Direction::Raise, s(1)),
-            Some(Direction::Lower),
-            "the replaced resize ends superseded"
-        );
-        assert_eq!(r.direction("u"), Some(Direction::Raise));
-        assert_eq!(
-            r.forget("u"),
-            Some(Direction::Raise),
-            "it ends with the pod"
-        );
-        assert_eq!(r.forget("u"), None);
-        assert_eq!(r.direction("u"), None);
-        assert_eq!(r.uids().count(), 0);
-    }
-
-    #[test]
-    fn unknown_or_forgotten_pod_gives_nothing() {
-        let mut r = ResizeTracker::new(s(30));
-        assert_eq!(r.checked("x", true, s(1)), None);
-        r.patched("u", 1, Direction::Raise, s(0));
-        r.forget("u");
-        assert_eq!(r.checked("u", false, s(100)), None);
     }
 }

@@ -13,8 +13,6 @@ pub mod watch;
 pub use compare::{
     Mismatch, Observed, PodAudit, Target, audit, audit_snapshot, cgroup_uid, compare,
 };
-pub use drift::{
-    DEFAULT_GRACE, DriftEvent, DriftTracker, ResizeOutcome, ResizeTracker, kubelet_done,
-};
+pub use drift::{DEFAULT_GRACE, DriftEvent, InflightResize, PodDrift, ResizeOutcome, kubelet_done};
 pub use expected::{Expected, ExpectedContainer, ExpectedMax, expected_cpu_max};
 pub use watch::{CgroupWatch, WatchEvent, dirs_to_watch};

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use futures::StreamExt;
 use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask, Watches};
 
-use crate::cgroup::NodeSnapshot;
+use crate::cgroup::{NodeSnapshot, file};
 
 /// What changed, with paths relative to the cgroup root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +162,7 @@ impl CgroupWatch {
 /// Maps one directory event to a [`WatchEvent`]; pure, for tests.
 fn classify(mask: EventMask, dir: &Path, name: &OsStr) -> Option<WatchEvent> {
     let is_dir = mask.contains(EventMask::ISDIR);
-    if mask.contains(EventMask::MODIFY) && !is_dir && name == "cpu.max" {
+    if mask.contains(EventMask::MODIFY) && !is_dir && name == file::CPU_MAX {
         Some(WatchEvent::CpuMaxChanged(dir.to_path_buf()))
     } else if mask.contains(EventMask::CREATE) && is_dir {
         Some(WatchEvent::Created(dir.join(name)))
@@ -202,7 +202,7 @@ mod tests {
     fn classify_keeps_cpu_max_writes_and_dir_changes_only() {
         let d = Path::new("kubepods/pod1");
         assert_eq!(
-            classify(EventMask::MODIFY, d, OsStr::new("cpu.max")),
+            classify(EventMask::MODIFY, d, OsStr::new(file::CPU_MAX)),
             Some(WatchEvent::CpuMaxChanged(d.into()))
         );
         assert_eq!(
@@ -225,14 +225,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let pod = Path::new("kubepods/burstable/podx");
         std::fs::create_dir_all(tmp.path().join(pod)).unwrap();
-        std::fs::write(tmp.path().join(pod).join("cpu.max"), "max 100000\n").unwrap();
-        std::fs::write(tmp.path().join(pod).join("cpu.stat"), "usage_usec 1\n").unwrap();
+        std::fs::write(tmp.path().join(pod).join(file::CPU_MAX), "max 100000\n").unwrap();
+        std::fs::write(tmp.path().join(pod).join(file::CPU_STAT), "usage_usec 1\n").unwrap();
         let mut w = CgroupWatch::new(tmp.path()).unwrap();
         assert!(w.sync([pod.to_path_buf()]).is_empty());
         assert_eq!(w.watched(), 1);
         // A write to another file is skipped; the cpu.max write comes through.
-        write(&tmp.path().join(pod).join("cpu.stat"), "usage_usec 2\n");
-        write(&tmp.path().join(pod).join("cpu.max"), "50000 100000\n");
+        write(&tmp.path().join(pod).join(file::CPU_STAT), "usage_usec 2\n");
+        write(&tmp.path().join(pod).join(file::CPU_MAX), "50000 100000\n");
         assert_eq!(
             next_event(&mut w).await,
             WatchEvent::CpuMaxChanged(pod.to_path_buf())
@@ -281,8 +281,8 @@ mod tests {
         let mut w = CgroupWatch::new(dir.parent().unwrap()).unwrap();
         let rel = PathBuf::from(dir.file_name().unwrap());
         assert!(w.sync([rel.clone()]).is_empty());
-        let cur = std::fs::read_to_string(dir.join("cpu.max")).unwrap();
-        write(&dir.join("cpu.max"), &cur);
+        let cur = std::fs::read_to_string(dir.join(file::CPU_MAX)).unwrap();
+        write(&dir.join(file::CPU_MAX), &cur);
         assert_eq!(next_event(&mut w).await, WatchEvent::CpuMaxChanged(rel));
     }
 }

@@ -2,8 +2,6 @@
 //! hysteresis and the cross-module properties), built with the crate's
 //! [`testkit`](crate::testkit).
 
-use std::collections::HashMap;
-
 use crate::model::{ContainerSpec, Millis, PodView, Resources};
 use crate::policy::{
     Decision, EligibilityCtx, NodeDecision, NodeInputs, PlanOutcome, PodInput, PolicyConfig,
@@ -118,7 +116,7 @@ pub(in crate::policy) fn first_plan(
     ds: &[Decision],
     cfg: &PolicyConfig,
 ) -> PlanOutcome {
-    plan(n, ds, &HashMap::new(), 0.0, &mut big_bucket(), cfg)
+    plan(n, ds, |_| None, 0.0, &mut big_bucket(), cfg)
 }
 
 pub(in crate::policy) fn big_bucket() -> TokenBucket {

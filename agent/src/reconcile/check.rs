@@ -1,5 +1,6 @@
-//! Verify: follow in-flight resizes until `cpu.max` shows them, and audit
-//! every pod's cgroups for drift on full scans.
+//! Check: follow in-flight resizes until `cpu.max` shows them, and audit
+//! every pod's cgroups for drift on full scans (the pure parts are in
+//! [`crate::verify`]).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -33,14 +34,21 @@ pub fn cgroups_match(
 }
 
 impl<P: PodApi, E: EventApi> Agent<P, E> {
-    pub(super) async fn verify(&mut self, obs: &Observation, now: Duration) {
+    pub(super) async fn check(&mut self, obs: &Observation, now: Duration) {
         let cgroups: HashMap<&str, &PodCgroup> =
             obs.cur.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
         let outcomes = self.verify_resizes(&obs.views, &cgroups, now).await;
         let mut drift_events = Vec::new();
+        let grace = self.settings.drift_grace;
         if obs.full {
             for a in verify::audit_snapshot(obs.views.iter(), &obs.cur) {
-                drift_events.extend(self.drift.observe_pod(&a.uid, &a.mismatches, now));
+                // A pod that matches and never drifted needs no record.
+                let drift = match self.records.get_mut(&a.uid) {
+                    Some(r) => &mut r.drift,
+                    None if a.mismatches.is_empty() => continue,
+                    None => &mut self.records.entry(&a.uid).drift,
+                };
+                drift_events.extend(drift.observe_pod(&a.uid, &a.mismatches, now, grace));
             }
         }
         let live: HashSet<&str> = obs
@@ -49,7 +57,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .filter(|v| v.is_running() && !v.terminating)
             .map(|v| v.uid.as_str())
             .collect();
-        drift_events.extend(self.drift.retain(|u| live.contains(u)));
+        for (uid, r) in self.records.iter_mut() {
+            if !live.contains(uid.as_str()) {
+                drift_events.extend(r.drift.forget(uid));
+            }
+        }
         for ev in outcomes {
             tracing::debug!(?ev, "resize verification");
         }
@@ -64,18 +76,23 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         now: Duration,
     ) -> Vec<ResizeOutcome> {
         let mut out = Vec::new();
+        let grace = self.settings.drift_grace;
         for v in views {
-            let Some(direction) = self.resizes.direction(&v.uid) else {
+            let Some(r) = self.records.get_mut(&v.uid).and_then(|r| r.resize.as_mut()) else {
                 continue;
             };
-            self.resizes.kubelet_status(&v.uid, &v.resize, now);
+            r.kubelet_status(&v.resize, now);
             let matches = cgroups_match(
                 v,
                 cgroups.get(v.uid.as_str()).copied(),
-                self.resizes.generation(&v.uid),
+                Some(r.generation()),
                 self.layout.driver,
             );
-            if let Some(o) = self.resizes.checked(&v.uid, matches, now) {
+            let direction = r.direction();
+            if let Some(o) = r.checked(&v.uid, matches, now, grace) {
+                if let Some(rec) = self.records.get_mut(&v.uid) {
+                    rec.resize = None;
+                }
                 self.apply(v, on_resize_outcome(&o, direction), now).await;
                 out.push(o);
             }
@@ -85,7 +102,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
 
     async fn report_drift(&mut self, views: &[PodView], events: Vec<DriftEvent>, now: Duration) {
         for ev in events {
-            let Some(v) = views.iter().find(|v| v.uid == drift_uid(&ev)) else {
+            let Some(v) = views.iter().find(|v| &v.uid == drift_uid(&ev)) else {
                 continue;
             };
             self.apply(v, on_drift(ev, now), now).await;
