@@ -162,8 +162,12 @@ pub fn candidates(snap: &NodeSnapshot) -> Vec<PathBuf> {
 /// nothing narrows capacity.
 pub fn read_paths(root: &Path, containers: Vec<PathBuf>) -> Option<SharedPool> {
     from_files(containers, |rel| {
-        crate::cgroup::read::read(&root.join(rel).join("cpuset.cpus.effective"))
-            .map_err(|e| (SkipKind::of(&e), e.to_string()))
+        crate::cgroup::read::read(
+            &root
+                .join(rel)
+                .join(crate::cgroup::file::CPUSET_CPUS_EFFECTIVE),
+        )
+        .map_err(|e| (SkipKind::of(&e), e.to_string()))
     })
 }
 
