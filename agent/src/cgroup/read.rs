@@ -229,6 +229,11 @@ impl Handles {
         Ok(())
     }
 
+    /// Closes the handle of `path`, if kept: its next read opens the path again.
+    pub fn forget(&mut self, path: &Path) {
+        self.open.remove(path);
+    }
+
     /// Closes the handles unused for [`Self::IDLE_SWEEPS`] sweeps (call once a tick).
     pub fn sweep(&mut self) {
         self.open.retain(|_, (_, idle)| {

@@ -323,13 +323,30 @@ impl Reader<'_> {
         }
     }
 
+    /// Parses what `read` left in `self.buf`. A file that does not parse loses
+    /// its kept handle, so the next tick opens the path again: what the handle
+    /// holds may no longer be the file the path names (something mounted over
+    /// it, or a cgroup made again), and a path that mends must read as mended.
+    fn parsed<T>(
+        &mut self,
+        file: &str,
+        p: fn(&[u8]) -> Result<T, ParseError>,
+    ) -> Result<T, CgroupError> {
+        p(self.buf.bytes()).map_err(|e| {
+            self.path.push(file);
+            self.handles.forget(&self.path);
+            self.path.pop();
+            self.malformed(file, e)
+        })
+    }
+
     fn required<T>(
         &mut self,
         file: &str,
         p: fn(&[u8]) -> Result<T, ParseError>,
     ) -> Result<T, CgroupError> {
         match self.read(file)? {
-            Read1::Ok => p(self.buf.bytes()).map_err(|e| self.malformed(file, e)),
+            Read1::Ok => self.parsed(file, p),
             Read1::NotFound => Err(self.absent(file)),
         }
     }
@@ -339,7 +356,7 @@ impl Reader<'_> {
     /// fails with EOPNOTSUPP, which is absent too.)
     fn optional<T>(&mut self, file: &str, p: fn(&[u8]) -> Result<T, ParseError>) -> Option<T> {
         let res = match self.read(file) {
-            Ok(Read1::Ok) => p(self.buf.bytes()).map_err(|e| self.malformed(file, e)),
+            Ok(Read1::Ok) => self.parsed(file, p),
             Ok(Read1::NotFound) => return None,
             Err(CgroupError::Io { source, .. })
                 if source.0.raw_os_error() == Some(nix::libc::EOPNOTSUPP) =>
@@ -476,6 +493,31 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kubepods file that does not parse loses its kept handle: once the
+    /// path names a good file again (here a new file renamed over it, as when
+    /// something mounted over it is unmounted), the next scan reads it. With
+    /// the handle kept, the scan would read the bad file for ever.
+    #[test]
+    fn a_malformed_file_is_opened_again_on_the_next_scan() {
+        let (t, layout) = tree();
+        let stat = t.path().join(&layout.kubepods).join(file::CPU_STAT);
+        let good = fs::read(&stat).unwrap();
+        let bad = t.path().join("bad");
+        fs::write(&bad, "garbage\n").unwrap();
+        fs::rename(&bad, &stat).unwrap();
+        let mut sc = Scanner::new(t.path(), Handles::keeping(64));
+        assert!(matches!(
+            sc.scan(&layout, 0),
+            Err(ScanError::Kubepods(CgroupError::Malformed { .. }))
+        ));
+        let mended = t.path().join("mended");
+        fs::write(&mended, &good).unwrap();
+        fs::rename(&mended, &stat).unwrap();
+        sc.scan(&layout, 1).expect("the mended file is read");
+        sc.scan(&layout, 2).expect("and kept");
+        assert!(sc.handles().kept_reads > 0);
+    }
 
     #[test]
     fn rescan_reads_pressure_only_at_stat_pressure_depth() {
