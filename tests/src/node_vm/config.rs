@@ -88,6 +88,10 @@ pub struct NodeSpec {
     /// the policy needs a reservation, and keeps ⌈it⌉ whole CPUs, CPU 0 up,
     /// in the shared pool). `None`: the default `none` policy.
     pub static_cpu_manager: Option<String>,
+    /// The disk keeps its writes across a reboot (a qcow2 overlay in the VM's
+    /// directory over the cached image) instead of qemu's throwaway snapshot:
+    /// what [`super::NodeVm::reboot`] needs.
+    pub persistent_disk: bool,
 }
 
 impl NodeSpec {
@@ -103,6 +107,7 @@ impl NodeSpec {
             memory_mib: 2560,
             kubelet_verbosity: 2,
             static_cpu_manager: None,
+            persistent_disk: false,
         }
     }
 

@@ -19,11 +19,13 @@
 pub mod config;
 pub mod egress;
 pub mod guest;
+pub mod health;
 pub mod install;
 pub mod qemu;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -182,7 +184,10 @@ pub struct NodeVm {
     pub spec: NodeSpec,
     dir: PathBuf,
     qemu: Mutex<Option<Child>>,
-    qemu_pid: u32,
+    /// The running qemu's pid (a reboot starts another).
+    qemu_pid: AtomicU32,
+    /// qemu's command line, kept for a reboot.
+    launch: qemu::VmLaunch,
     ssh_port: u16,
     agent_port: u16,
     ssh_key: PathBuf,
@@ -194,6 +199,22 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Starts qemu with `launch`, its output appended to `dir/qemu.log`.
+fn spawn_qemu(launch: &qemu::VmLaunch, dir: &Path) -> anyhow::Result<Child> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("qemu.log"))?;
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(launch.args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        // qemu's snapshot overlay goes to TMPDIR: keep it with the VM.
+        .env("TMPDIR", dir);
+    spawn_guarded(cmd).context("spawning qemu-system-x86_64")
 }
 
 impl NodeVm {
@@ -247,34 +268,47 @@ impl NodeVm {
 
         let ssh_port = free_port()?;
         let agent_port = free_port()?;
-        let launch = qemu::VmLaunch {
+        let mut launch = qemu::VmLaunch {
             name: spec.name.clone(),
             cpus: spec.cpus,
             memory_mib: spec.memory_mib,
             kernel: image_dir.join("vmlinuz"),
             initrd: image_dir.join("initrd.img"),
             disk: image_dir.join("disk.img"),
+            overlay: None,
             host_share: art.share_dir.clone(),
             node_share: share,
             console_log: dir.join("console.log"),
+            qmp_socket: health::qmp_socket(&dir),
             host_forwards: vec![(ssh_port, 22), (agent_port, GUEST_AGENT_PORT)],
             apiserver_port: cp.port(),
         };
-        let log = std::fs::File::create(dir.join("qemu.log"))?;
-        let mut cmd = Command::new("qemu-system-x86_64");
-        cmd.args(launch.args())
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            // qemu's snapshot overlay goes to TMPDIR: keep it with the VM.
-            .env("TMPDIR", &dir);
-        let child = spawn_guarded(cmd).context("spawning qemu-system-x86_64")?;
+        if spec.persistent_disk {
+            let overlay = dir.join("disk.qcow2");
+            let out = Command::new("qemu-img")
+                .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+                .arg(&launch.disk)
+                .arg(&overlay)
+                .output()
+                .context("running qemu-img")?;
+            if !out.status.success() {
+                bail!(
+                    "qemu-img create {}: {}",
+                    overlay.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            launch.overlay = Some(overlay);
+        }
+        let child = spawn_qemu(&launch, &dir)?;
         let qemu_pid = child.id();
+        health::register(&spec.name, &dir, qemu_pid);
         Ok(NodeVm {
             spec,
             dir,
             qemu: Mutex::new(Some(child)),
-            qemu_pid,
+            qemu_pid: AtomicU32::new(qemu_pid),
+            launch,
             ssh_port,
             agent_port,
             ssh_key: image_dir.join("id_ed25519"),
@@ -287,7 +321,53 @@ impl NodeVm {
     }
 
     pub fn qemu_pid(&self) -> u32 {
-        self.qemu_pid
+        self.qemu_pid.load(Ordering::Relaxed)
+    }
+
+    /// Reboots the guest and waits for ssh; returns the time from the
+    /// reboot to ssh. qemu runs with `-no-reboot`, so the guest's reset
+    /// ends it; it is started again with the same command line, ports and
+    /// disk overlay (the node needs `persistent_disk`: a throwaway snapshot
+    /// would come back as a new, empty node). The first boot's console is
+    /// kept as `console-before-reboot.log`.
+    pub async fn reboot(&self, deadline: Instant) -> anyhow::Result<Duration> {
+        anyhow::ensure!(
+            self.launch.overlay.is_some(),
+            "{}: a reboot needs a persistent disk (NodeSpec::persistent_disk)",
+            self.spec.name
+        );
+        let at = Instant::now();
+        // The session ends with the guest: its exit status says nothing.
+        let _ = self.sh_output("systemctl reboot").await;
+        loop {
+            let exited = {
+                let mut q = self.qemu.lock().unwrap_or_else(|p| p.into_inner());
+                match q.as_mut() {
+                    Some(c) => c.try_wait()?.is_some(),
+                    None => bail!("{}: qemu was killed", self.spec.name),
+                }
+            };
+            if exited {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{}: qemu still runs {:?} after `systemctl reboot`\n{}",
+                    self.spec.name,
+                    at.elapsed(),
+                    self.diagnose()
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let console = self.dir.join("console.log");
+        let _ = std::fs::rename(&console, self.dir.join("console-before-reboot.log"));
+        let child = spawn_qemu(&self.launch, &self.dir)?;
+        self.qemu_pid.store(child.id(), Ordering::Relaxed);
+        health::register(&self.spec.name, &self.dir, child.id());
+        *self.qemu.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        self.wait_ssh(deadline).await?;
+        Ok(at.elapsed())
     }
 
     /// Host directory shared read-only at /mnt/node in the guest: files put
@@ -303,6 +383,11 @@ impl NodeVm {
     /// Host loopback port forwarded to the agent's metrics port in the guest.
     pub fn agent_port(&self) -> u16 {
         self.agent_port
+    }
+
+    /// qemu and vCPU state, the host's disk, memory and load, the console's tail.
+    pub fn diagnose(&self) -> String {
+        health::diagnose(&self.spec.name, &self.dir, self.qemu_pid())
     }
 
     pub fn console_tail(&self, n: usize) -> String {
@@ -347,6 +432,16 @@ impl NodeVm {
     /// Runs `remote` (a shell command line) in the guest; fails on a non-zero exit.
     pub async fn sh(&self, remote: &str) -> anyhow::Result<String> {
         let out = self.sh_output(remote).await?;
+        // 255 is ssh's own failure (no connection, no banner): say why the
+        // node does not answer, not only that it does not.
+        if out.status.code() == Some(255) {
+            bail!(
+                "on {}: `{remote}`: ssh failed: {}\n{}",
+                self.spec.name,
+                String::from_utf8_lossy(&out.stderr).trim(),
+                self.diagnose()
+            );
+        }
         if !out.status.success() {
             bail!(
                 "on {}: `{remote}` exited {}: {}{}",
@@ -363,7 +458,13 @@ impl NodeVm {
     pub async fn sh_output(&self, remote: &str) -> anyhow::Result<Output> {
         let out = tokio::time::timeout(Duration::from_secs(180), self.ssh_command(remote).output())
             .await
-            .map_err(|_| anyhow!("on {}: `{remote}` timed out", self.spec.name))?
+            .map_err(|_| {
+                anyhow!(
+                    "on {}: `{remote}` timed out\n{}",
+                    self.spec.name,
+                    self.diagnose()
+                )
+            })?
             .with_context(|| format!("running ssh to {}", self.spec.name))?;
         Ok(out)
     }
@@ -463,6 +564,7 @@ impl NodeVm {
 impl Drop for NodeVm {
     fn drop(&mut self) {
         self.kill();
+        health::unregister(&self.dir);
         if std::env::var_os("HEADROOM_KEEP_VM_DIR").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

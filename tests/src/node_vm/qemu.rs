@@ -17,11 +17,16 @@ pub struct VmLaunch {
     pub kernel: PathBuf,
     pub initrd: PathBuf,
     pub disk: PathBuf,
+    /// A qcow2 overlay over `disk` that keeps the guest's writes across a
+    /// reboot; `None`: qemu's throwaway snapshot.
+    pub overlay: Option<PathBuf>,
     /// Read-only 9p share mounted at /mnt/host (kubelet, images).
     pub host_share: PathBuf,
     /// Read-only 9p share mounted at /mnt/node (this node's config).
     pub node_share: PathBuf,
     pub console_log: PathBuf,
+    /// QMP socket (what a diagnosis asks: are the vCPUs running or paused).
+    pub qmp_socket: PathBuf,
     /// `(host loopback port, guest port)`: ssh and whatever a test exposes.
     pub host_forwards: Vec<(u16, u16)>,
     /// The apiserver on the host's loopback, reached from the guest at
@@ -70,11 +75,16 @@ impl VmLaunch {
              mitigations=off no_timer_check panic=5 quiet systemd.show_status=false"
                 .into(),
             "-drive".into(),
-            // snapshot=on: every boot starts from the clean image; writes are thrown away.
-            format!(
-                "file={},if=virtio,format=raw,snapshot=on",
-                self.disk.display()
-            ),
+            match &self.overlay {
+                // The overlay (made over the image by `qemu-img create -b`) keeps
+                // this VM's writes; the image itself is only read.
+                Some(o) => format!("file={},if=virtio,format=qcow2", o.display()),
+                // snapshot=on: every boot starts from the clean image; writes are thrown away.
+                None => format!(
+                    "file={},if=virtio,format=raw,snapshot=on",
+                    self.disk.display()
+                ),
+            },
             "-netdev".into(),
             netdev,
             "-device".into(),
@@ -89,6 +99,8 @@ impl VmLaunch {
             "none".into(),
             "-serial".into(),
             format!("file:{}", self.console_log.display()),
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", self.qmp_socket.display()),
             "-no-reboot".into(),
         ]
     }
@@ -106,9 +118,11 @@ mod tests {
             kernel: "/k".into(),
             initrd: "/i".into(),
             disk: "/d".into(),
+            overlay: None,
             host_share: "/h".into(),
             node_share: "/n".into(),
             console_log: "/c".into(),
+            qmp_socket: "/q".into(),
             host_forwards: vec![(2222, 22), (9999, 9100)],
             apiserver_port: 6000,
         }
@@ -142,5 +156,27 @@ mod tests {
             "TCG only: {args:?}"
         );
         assert!(args.iter().any(|a| a.contains("snapshot=on")));
+    }
+
+    /// With an overlay the drive is the overlay (the image is its read-only
+    /// backing file) and there is no throwaway snapshot; without one, never
+    /// an overlay.
+    #[test]
+    fn a_persistent_disk_is_the_overlay_and_never_the_image() {
+        let mut l = launch();
+        l.overlay = Some("/vm/disk.qcow2".into());
+        let args = l.args();
+        let drives: Vec<&String> = args.iter().filter(|a| a.starts_with("file=")).collect();
+        assert_eq!(
+            drives,
+            ["file=/vm/disk.qcow2,if=virtio,format=qcow2"],
+            "{args:?}"
+        );
+        assert!(
+            !args
+                .iter()
+                .any(|a| a.contains("snapshot=on") || a.contains("file=/d,"))
+        );
+        assert!(!launch().args().iter().any(|a| a.contains("qcow2")));
     }
 }

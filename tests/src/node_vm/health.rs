@@ -1,0 +1,177 @@
+//! What a test prints when a node stops answering: whether qemu still runs,
+//! whether its vCPUs run (QMP `query-status`: a full host disk pauses a VM
+//! with `io-error`), the host's disk, memory and load, and the guest console's
+//! tail. A CI run once lost a node mid-tier with nothing but "Connection timed
+//! out during banner exchange" to show for it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::control_plane::log_tail;
+
+/// The QMP socket of a VM whose directory is `dir`.
+pub fn qmp_socket(dir: &Path) -> PathBuf {
+    dir.join("qmp.sock")
+}
+
+/// Every booted VM by node name, so a test that only has a Node's name (a pod's
+/// `spec.nodeName`) can diagnose it.
+static VMS: Mutex<Vec<(String, PathBuf, u32)>> = Mutex::new(Vec::new());
+
+pub(super) fn register(name: &str, dir: &Path, qemu_pid: u32) {
+    let mut v = VMS.lock().unwrap_or_else(|p| p.into_inner());
+    v.retain(|(n, _, _)| n != name);
+    v.push((name.to_string(), dir.to_path_buf(), qemu_pid));
+}
+
+pub(super) fn unregister(dir: &Path) {
+    VMS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(_, d, _)| d != dir);
+}
+
+/// The diagnosis of the VM named `name`, if this process booted it.
+pub fn diagnose_node(name: &str) -> Option<String> {
+    let (dir, pid) = VMS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(n, _, _)| n == name)
+        .map(|(_, d, p)| (d.clone(), *p))?;
+    Some(diagnose(name, &dir, pid))
+}
+
+/// A few lines on the VM and the host it runs on, then the console's tail.
+pub fn diagnose(name: &str, dir: &Path, qemu_pid: u32) -> String {
+    let qemu = if Path::new(&format!("/proc/{qemu_pid}")).exists() {
+        "running"
+    } else {
+        "gone"
+    };
+    let vcpus = query_status(&qmp_socket(dir)).unwrap_or_else(|e| format!("<qmp: {e}>"));
+    let host = |cmd: &str, args: &[&str]| {
+        std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|e| format!("<{cmd}: {e}>"))
+    };
+    let dir_s = dir.display().to_string();
+    format!(
+        "--- diagnosis of node {name}: qemu pid {qemu_pid} {qemu}; vCPUs {vcpus}\n\
+         host load: {}\nhost memory:\n{}\nhost disk of {dir_s}:\n{}\n\
+         --- console tail:\n{}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim(),
+        host("free", &["-m"]),
+        host("df", &["-h", &dir_s]),
+        log_tail(&dir.join("console.log"), 30)
+    )
+}
+
+/// QMP `query-status` over the VM's socket: `running`, `paused (io-error)`, ...
+pub fn query_status(sock: &Path) -> Result<String, String> {
+    let s = UnixStream::connect(sock).map_err(|e| e.to_string())?;
+    let t = Some(Duration::from_secs(3));
+    s.set_read_timeout(t).map_err(|e| e.to_string())?;
+    s.set_write_timeout(t).map_err(|e| e.to_string())?;
+    let mut w = s.try_clone().map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    // Greeting, then capabilities negotiation, then the query. Events may come
+    // in between: read until the answer that carries a status.
+    r.read_line(&mut line).map_err(|e| e.to_string())?;
+    w.write_all(b"{\"execute\":\"qmp_capabilities\"}\n{\"execute\":\"query-status\"}\n")
+        .map_err(|e| e.to_string())?;
+    for _ in 0..20 {
+        line.clear();
+        if r.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+            break;
+        }
+        let v: serde_json::Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        if let Some(st) = v.pointer("/return/status").and_then(|s| s.as_str()) {
+            return Ok(st.to_string());
+        }
+    }
+    Err("no status in the answer".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// A QMP server that greets, sends an event between the answers, then
+    /// answers the capabilities and the query as qemu does.
+    fn fake_qmp(status: &'static str) -> (tempfile::TempDir, PathBuf, std::thread::JoinHandle<()>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sock = qmp_socket(dir.path());
+        let l = UnixListener::bind(&sock).expect("bind");
+        let h = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().expect("accept");
+            s.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\n")
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            s.write_all(b"{\"return\": {}}\n").unwrap();
+            line.clear();
+            r.read_line(&mut line).unwrap();
+            assert!(line.contains("query-status"), "{line}");
+            s.write_all(b"{\"event\": \"STOP\", \"timestamp\": {}}\n")
+                .unwrap();
+            s.write_all(
+                format!("{{\"return\": {{\"status\": \"{status}\", \"running\": false}}}}\n")
+                    .as_bytes(),
+            )
+            .unwrap();
+        });
+        (dir, sock, h)
+    }
+
+    #[test]
+    fn query_status_reads_the_status_past_events() {
+        let (_d, sock, h) = fake_qmp("io-error");
+        assert_eq!(query_status(&sock).as_deref(), Ok("io-error"));
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn query_status_of_a_missing_socket_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(query_status(&qmp_socket(dir.path())).is_err());
+    }
+
+    #[test]
+    fn a_silent_qmp_server_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = qmp_socket(dir.path());
+        let l = UnixListener::bind(&sock).unwrap();
+        let h = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(4));
+            drop(s);
+        });
+        assert!(query_status(&sock).is_err());
+        h.join().unwrap();
+    }
+
+    #[test]
+    fn diagnose_node_knows_only_registered_vms() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(diagnose_node("health-test-node").is_none());
+        register("health-test-node", dir.path(), u32::MAX);
+        let d = diagnose_node("health-test-node").expect("registered");
+        assert!(d.contains("qemu pid 4294967295 gone"), "{d}");
+        assert!(d.contains("<qmp: "), "{d}");
+        unregister(dir.path());
+        assert!(diagnose_node("health-test-node").is_none());
+    }
+}
