@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
 use testkit::control_plane::resize;
 use testkit::kubelet_sim::{SimConfig, SimKubelet, SimLayout};
@@ -32,6 +31,15 @@ async fn serial(c: &RealCluster) -> tokio::sync::MutexGuard<'static, ()> {
         GuestAgent::stop_any(node)
             .await
             .expect("stop a leftover agent");
+        // A test that failed mid-fault leaves its fault behind: a stopped
+        // kubelet (the node goes NotReady and every later pod is evicted),
+        // a file mounted over kubepods' cpu.stat.
+        let stat = format!("/sys/fs/cgroup/{}/cpu.stat", node.spec.kubepods_dir());
+        node.sh(&format!(
+            "umount {stat} 2>/dev/null; systemctl start containerd kubelet"
+        ))
+        .await
+        .expect("undo a leftover fault");
     }
     let client = c.cp.client().await;
     // A namespace an earlier cleanup already deleted is Terminating; it is
@@ -287,17 +295,68 @@ async fn create(api: &Api<Pod>, spec: Value) -> Pod {
         .expect("create pod")
 }
 
+/// How long a pod's node may be not Ready (its Lease lapsed: the kubelet or
+/// the whole VM stopped answering) before a wait gives up on it. The node
+/// lifecycle controller marks a node Unknown 40 s after its last renewal; the
+/// rest is room for an emulated kubelet that renews late.
+const NODE_LOST: Duration = Duration::from_secs(120);
+
+/// Waits for pod `name` to run. Fails early, with the node's diagnosis, when
+/// the pod is deleted meanwhile (taint eviction from a lost node) or its node
+/// stays not Ready for `NODE_LOST`: a node that stopped answering must not
+/// hold the tier for the whole `timeout`.
 async fn wait_running(api: &Api<Pod>, name: &str, timeout: Duration) -> Pod {
-    let cond = await_condition(api.clone(), name, conditions::is_pod_running());
-    match tokio::time::timeout(timeout, cond).await {
-        Ok(Ok(Some(p))) => p,
-        other => {
-            let p = api.get(name).await.ok();
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(api.clone().into_client());
+    let start = Instant::now();
+    let mut not_ready_since: Option<Instant> = None;
+    let diag = |node: &str| {
+        testkit::node_vm::health::diagnose_node(node)
+            .unwrap_or_else(|| format!("(node {node} is not a VM of this process)"))
+    };
+    loop {
+        let pod = match api.get_opt(name).await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                panic!("{name} was deleted while waiting for it to run (evicted from a lost node?)")
+            }
+            Err(e) if start.elapsed() < timeout => {
+                eprintln!("get {name}: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                continue;
+            }
+            Err(e) => panic!("{name}: {e} after {timeout:?}"),
+        };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if phase == Some("Running") {
+            return pod;
+        }
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        if let Some(node) = &node {
+            let ready = nodes.get_opt(node).await.ok().flatten().is_some_and(|n| {
+                n.status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            match (ready, not_ready_since) {
+                (true, _) => not_ready_since = None,
+                (false, None) => not_ready_since = Some(Instant::now()),
+                (false, Some(t)) if t.elapsed() > NODE_LOST => panic!(
+                    "{name} not Running: its node {node} has not been Ready for {:?}; status: {:?}\n{}",
+                    t.elapsed(),
+                    pod.status,
+                    diag(node)
+                ),
+                _ => {}
+            }
+        }
+        if start.elapsed() > timeout {
             panic!(
-                "{name} not Running after {timeout:?} ({other:?}); status: {:?}",
-                p.and_then(|p| p.status)
+                "{name} not Running after {timeout:?}; status: {:?}\n{}",
+                pod.status,
+                node.as_deref().map(diag).unwrap_or_default()
             );
         }
+        tokio::time::sleep(Duration::from_secs(3)).await;
     }
 }
 
@@ -405,6 +464,19 @@ async fn nodes_join_ready_with_both_cgroup_layouts_and_their_suites_kernels() {
             node.spec.suite.as_str(),
             v.kernel
         );
+    }
+    // The diagnosis a lost node prints asks qemu itself: here, running.
+    for node in &c.nodes {
+        let d = node.diagnose();
+        assert!(
+            d.contains(&format!(
+                "qemu pid {} running; vCPUs running",
+                node.qemu_pid()
+            )),
+            "{d}"
+        );
+        let named = testkit::node_vm::health::diagnose_node(node.name()).expect("registered");
+        assert!(named.contains("vCPUs running"), "{named}");
     }
     for (name, ssh, ready) in &c.boot_times {
         eprintln!(
@@ -1982,13 +2054,58 @@ async fn restarts_on(c: &RealCluster, node: &NodeVm) {
     wait_running(&api, "kubelet-down", POD_START).await;
     let second = wait_running(&api, "containerd-down", POD_START).await;
 
+    // Pods an earlier cleanup force-deleted run until the kubelet's next
+    // sync: with the kubelet stopped they would run on, and their load would
+    // lower these pods instead of raising them. Wait for only these two.
+    node.sh(&format!(
+        "for i in $(seq 180); do \
+           n=$(find /sys/fs/cgroup/{} -mindepth 1 -maxdepth 2 -type d -name '*pod[0-9a-f]*' | wc -l); \
+           [ \"$n\" -le 2 ] && exit 0; sleep 1; done; \
+         echo \"$n pod cgroups\"; exit 1",
+        node.spec.kubepods_dir()
+    ))
+    .await
+    .expect("only this test's pods run");
     node.sh("systemctl stop kubelet")
         .await
         .expect("stop kubelet");
+    // 0. kubepods unreadable while the kubelet is down: a file that does not
+    //    parse mounted over its cpu.stat. Every tick is skipped and counted,
+    //    nothing is patched; once it is unmounted the agent reads it again.
+    let stat = format!("/sys/fs/cgroup/{}/cpu.stat", node.spec.kubepods_dir());
+    node.sh(&format!(
+        "printf 'garbage\\n' > /run/garbage-stat && mount --bind /run/garbage-stat {stat}"
+    ))
+    .await
+    .expect("mount over kubepods cpu.stat");
     let agent = GuestAgent::start(node, &vm_agent_args())
         .await
         .expect("agent starts");
+    let kubepods_errors = |s: &prometheus_parse::Scrape| {
+        metric(s, "headroom_scan_errors_total", &[("kind", "kubepods")]).unwrap_or(0.0)
+    };
+    let s = wait_scrape(
+        &agent,
+        Duration::from_secs(90),
+        "ticks over an unreadable kubepods were never counted",
+        |s| kubepods_errors(s) >= 3.0,
+    )
+    .await;
+    assert_eq!(
+        resizes(&s, "applied"),
+        0.0,
+        "{n}: patched over an unreadable kubepods"
+    );
+    let untouched = api.get("kubelet-down").await.expect("get");
+    assert_eq!(untouched.metadata.generation, Some(1), "{n}: resized blind");
+    node.sh(&format!("umount {stat}"))
+        .await
+        .expect("umount kubepods cpu.stat");
+    let mended = Instant::now();
     let raised = wait_raised_above_300m(&api, &agent, "kubelet-down").await;
+    let unreadable_converged = mended.elapsed();
+    let log = agent.log_tail(200).await;
+    assert!(!log.contains("panicked"), "{n}: agent panicked:\n{log}");
     let limit = app_limit_m(&raised).expect("limit");
     // Nothing applies it while the kubelet is down, and no second patch goes.
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -2072,7 +2189,7 @@ async fn restarts_on(c: &RealCluster, node: &NodeVm) {
     let log = agent.log_tail(400).await;
     assert!(!log.contains("panicked"), "{n}: agent panicked:\n{log}");
     eprintln!(
-        "MEASURE {n} restarts: kubelet back → verified {kubelet_converged:.1?}; containerd restart → verified {containerd_converged:.1?}; {bumps} patches"
+        "MEASURE {n} restarts: kubepods readable again → raised {unreadable_converged:.1?}; kubelet back → verified {kubelet_converged:.1?}; containerd restart → verified {containerd_converged:.1?}; {bumps} patches"
     );
     agent.stop().await.expect("agent stops");
     cleanup(&client, &[ns.as_str()]).await;
@@ -2458,4 +2575,134 @@ fn no_orphaned_vm_or_controllers_when_the_test_process_is_sigkilled() {
 #[test]
 fn no_orphaned_vm_or_controllers_when_a_test_panics() {
     vm_orphan_check("panic");
+}
+
+// ---------------------------------------------------------------------------
+// A node rebooted under managed pods, on a node of its own (its disk keeps its
+// writes across the reboot, as a real node's does).
+
+/// A systemd-driver trixie node with a managed busy pod the agent raised:
+/// the VM reboots. The pod comes back (its container restarted once), the
+/// kubelet starts it at the limit the agent set before the reboot (the new
+/// container's `cpu.max`), nobody patches it meanwhile, and an agent started
+/// again (as its DaemonSet pod would be) resumes: it counts the pod managed,
+/// reports no drift, leaves nothing unverified, sends no patch that is not a
+/// generation bump, and the pod ends at its spec limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebooted_node_comes_back_at_the_resized_limits_and_the_agent_resumes() {
+    if let Some(why) = testkit::node_vm::skip_reason() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    // Alone: the shared cluster's tests wait (its VMs idle meanwhile).
+    let _serial = SERIAL.lock().await;
+    let mut spec = testkit::node_vm::NodeSpec::kind_like("node-reboot", 4)
+        .with_suite(testkit::node_vm::Suite::Trixie);
+    spec.persistent_disk = true;
+    let c = RealCluster::start(vec![spec]).await.expect("reboot node");
+    let node = &c.nodes[0];
+    let n = node.name();
+    node.install_agent(&static_agent_binary().expect("static agent"))
+        .expect("install agent");
+    let client = c.cp.client().await;
+    let ns = c.cp.namespace("reboot").await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    create(&api, burner("managed", n, "200m", "300m", 1)).await;
+    wait_running(&api, "managed", POD_START).await;
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts");
+    wait_raised_above_300m(&api, &agent, "managed").await;
+    wait_scrape(
+        &agent,
+        RESIZE_GRACE + Duration::from_secs(30),
+        "the raise before the reboot never verified",
+        |s| resizes(s, "verified") >= 1.0,
+    )
+    .await;
+    let before = api.get("managed").await.expect("get");
+    let limit = app_limit_m(&before).expect("limit");
+    let gen_before = before.metadata.generation;
+    let restarts_before = restart_count(&before);
+    drop(agent); // it dies with the guest
+
+    let rebooted = Instant::now();
+    let ssh = node
+        .reboot(Instant::now() + Duration::from_secs(600))
+        .await
+        .expect("reboot");
+    // The pod comes back: a new container, running.
+    let back_deadline = Instant::now() + POD_START;
+    let back = loop {
+        let p = api.get("managed").await.expect("get");
+        let running = p
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            });
+        if restart_count(&p) > restarts_before && running {
+            break p;
+        }
+        assert!(
+            Instant::now() < back_deadline,
+            "{n}: managed not back after the reboot ({:?}); status {:?}\n{}",
+            rebooted.elapsed(),
+            p.status,
+            node.diagnose()
+        );
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    };
+    let pods_back = rebooted.elapsed();
+    assert_eq!(
+        back.metadata.generation, gen_before,
+        "{n}: patched while no agent ran"
+    );
+    let want = format!("{} 100000", limit * 100);
+    node.wait_cpu_max(&back, "app", &want, KUBELET_APPLY)
+        .await
+        .expect("the new container starts at the limit the agent set");
+
+    let agent = GuestAgent::start(node, &vm_agent_args())
+        .await
+        .expect("agent starts after the reboot");
+    wait_scrape(
+        &agent,
+        Duration::from_secs(120),
+        "the pod is never counted managed after the reboot",
+        |s| metric(s, "headroom_pods", &[("state", "managed")]).unwrap_or(0.0) >= 1.0,
+    )
+    .await;
+    let resumed = rebooted.elapsed();
+    no_drift_for(&agent, &ns, 20).await;
+    let after = api.get("managed").await.expect("get");
+    let bumps = after.metadata.generation.unwrap_or(1) - gen_before.unwrap_or(1);
+    let s = wait_scrape(
+        &agent,
+        RESIZE_GRACE + Duration::from_secs(30),
+        "a patch after the reboot never verified",
+        |s| resizes(s, "verified") >= bumps as f64,
+    )
+    .await;
+    assert_eq!(resizes(&s, "unverified"), 0.0, "{n}: unverified");
+    assert_eq!(
+        resizes(&s, "applied"),
+        bumps as f64,
+        "{n}: patches applied after the reboot = generation bumps (no duplicates)"
+    );
+    let got = node.pod_cpu_max(&after).await.expect("read");
+    assert_eq!(
+        got.containers.get("app").map(String::as_str),
+        Some(format!("{} 100000", app_limit_m(&after).expect("limit") * 100).as_str()),
+        "{n}: cpu.max is not the spec limit after the reboot"
+    );
+    let log = agent.log_tail(400).await;
+    assert!(!log.contains("panicked"), "{n}: agent panicked:\n{log}");
+    eprintln!(
+        "MEASURE {n} reboot: ssh {ssh:.1?}, pod back (restarted, running) {pods_back:.1?}, agent counts it managed {resumed:.1?} after the reboot; limit {limit}m kept; {bumps} patches after"
+    );
+    agent.stop().await.expect("agent stops");
 }
