@@ -34,7 +34,7 @@ async fn serial(c: &RealCluster) -> tokio::sync::MutexGuard<'static, ()> {
         // A test that failed mid-fault leaves its fault behind: a stopped
         // kubelet (the node goes NotReady and every later pod is evicted),
         // a file mounted over kubepods' cpu.stat.
-        let stat = format!("/sys/fs/cgroup/{}/cpu.stat", node.spec.kubepods_dir());
+        let stat = format!("{}/cpu.stat", node.spec.kubepods_path());
         node.sh(&format!(
             "umount {stat} 2>/dev/null; systemctl start containerd kubelet"
         ))
@@ -411,7 +411,7 @@ async fn nodes_join_ready_with_both_cgroup_layouts_and_their_suites_kernels() {
     let _serial = serial(c).await;
     let client = c.cp.client().await;
     for node in &c.nodes {
-        let kubepods = format!("/sys/fs/cgroup/{}", node.spec.kubepods_dir());
+        let kubepods = node.spec.kubepods_path();
         let out = node
             .sh(&format!(
                 "cat {kubepods}/cpu.max {kubepods}/cgroup.subtree_control; \
@@ -469,10 +469,7 @@ async fn nodes_join_ready_with_both_cgroup_layouts_and_their_suites_kernels() {
     for node in &c.nodes {
         let d = node.diagnose();
         assert!(
-            d.contains(&format!(
-                "qemu pid {} running; vCPUs running",
-                node.qemu_pid()
-            )),
+            d.contains(&format!("node {}: vCPUs running", node.name())),
             "{d}"
         );
         let named = testkit::node_vm::health::diagnose_node(node.name()).expect("registered");
@@ -1202,7 +1199,7 @@ impl StallRecord {
 async fn stall_record(node: &NodeVm, pod: &Pod, secs: u64) -> StallRecord {
     let uid = pod.metadata.uid.as_deref().expect("uid");
     let dir = node.pod_cgroup(uid).await.expect("pod cgroup");
-    let kp = format!("/sys/fs/cgroup/{}", node.spec.kubepods_dir());
+    let kp = node.spec.kubepods_path();
     let snap = format!(
         "echo T $(date +%s%N); \
          awk '{{print \"K\" $1, substr($5, 7)}}' {kp}/cpu.pressure; \
@@ -1740,7 +1737,7 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
     let svc_dir = dir_of(api.get("svc").await.expect("get")).await;
     let thr_dir = dir_of(api.get("thr").await.expect("get")).await;
     let nbr_dir = dir_of(nbr.get("steady").await.expect("get")).await;
-    let kp = format!("/sys/fs/cgroup/{}", node.spec.kubepods_dir());
+    let kp = node.spec.kubepods_path();
     let cgs = [
         ("kubepods", kp.as_str()),
         ("svc", svc_dir.as_str()),
@@ -2044,7 +2041,7 @@ async fn start_over_unreadable_kubepods<'a>(
     pod: &str,
 ) -> (GuestAgent<'a>, Pod, Duration) {
     let n = node.name();
-    let stat = format!("/sys/fs/cgroup/{}/cpu.stat", node.spec.kubepods_dir());
+    let stat = format!("{}/cpu.stat", node.spec.kubepods_path());
     node.sh(&format!(
         "printf 'garbage\\n' > /run/garbage-stat && mount --bind /run/garbage-stat {stat}"
     ))
@@ -2107,10 +2104,10 @@ async fn restarts_on(c: &RealCluster, node: &NodeVm) {
     // lower these pods instead of raising them. Wait for only these two.
     node.sh(&format!(
         "for i in $(seq 180); do \
-           n=$(find /sys/fs/cgroup/{} -mindepth 1 -maxdepth 2 -type d -name '*pod[0-9a-f]*' | wc -l); \
+           n=$(find {} -mindepth 1 -maxdepth 2 -type d -name '*pod[0-9a-f]*' | wc -l); \
            [ \"$n\" -le 2 ] && exit 0; sleep 1; done; \
          echo \"$n pod cgroups\"; exit 1",
-        node.spec.kubepods_dir()
+        node.spec.kubepods_path()
     ))
     .await
     .expect("only this test's pods run");
@@ -2218,6 +2215,25 @@ async fn agent_in_the_vm_survives_kubelet_and_containerd_restarts_mid_resize() {
 // ---------------------------------------------------------------------------
 // The static CPU manager (docs/kubelet-behaviour.md §10), on a node of its own.
 
+/// A cluster of one node of its own, under the one lock (the shared
+/// cluster's tests wait, its VMs idle meanwhile), and when it started (after
+/// the lock); `None` with a SKIP line where qemu cannot run.
+async fn own_node(
+    spec: testkit::node_vm::NodeSpec,
+) -> Option<(tokio::sync::MutexGuard<'static, ()>, RealCluster, Instant)> {
+    if let Some(why) = testkit::node_vm::skip_reason() {
+        eprintln!("SKIP: {why}");
+        return None;
+    }
+    let serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let name = spec.name.clone();
+    let c = RealCluster::start(vec![spec])
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    Some((serial, c, started))
+}
+
 /// `cpuset.cpus.effective` of container `name` of `pod` on a real node.
 async fn real_cpuset(node: &NodeVm, pod: &Pod, name: &str) -> String {
     let uid = pod.metadata.uid.as_deref().expect("uid");
@@ -2241,18 +2257,13 @@ async fn real_cpuset(node: &NodeVm, pod: &Pod, name: &str) -> String {
 /// ceiling, 4 × 400m, would be 1600m) while the kernel gives it at most one CPU.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_cpu_manager_node_never_raises_a_managed_pod_above_the_shared_pool() {
-    if let Some(why) = testkit::node_vm::skip_reason() {
-        eprintln!("SKIP: {why}");
-        return;
-    }
-    // Alone: the shared cluster's tests wait (its VMs idle meanwhile).
-    let _serial = SERIAL.lock().await;
     let mut spec = testkit::node_vm::NodeSpec::cgroupfs("node-static", 3)
         .with_suite(testkit::node_vm::Suite::Trixie);
     spec.cpus = 3;
     spec.static_cpu_manager = Some("100m".into());
-    let started = Instant::now();
-    let c = RealCluster::start(vec![spec]).await.expect("static node");
+    let Some((_serial, c, started)) = own_node(spec).await else {
+        return;
+    };
     let node = &c.nodes[0];
     let client = c.cp.client().await;
     let n: k8s_openapi::api::core::v1::Node = Api::all(client.clone())
@@ -2515,7 +2526,7 @@ async fn vm_orphan_helper() {
     let vm =
         NodeVm::boot(&cp, testkit::node_vm::NodeSpec::cgroupfs("orphan", 9), &art).expect("boot");
     let mut pids: Vec<String> = cp.pids().iter().map(u32::to_string).collect();
-    pids.push(vm.qemu_pid().to_string());
+    pids.push(vm.qemu_pid().expect("qemu runs").to_string());
     println!("{PIDS_LINE} {}", pids.join(" "));
     if mode == "panic" {
         // Panic only once the parent has seen the VM alive: panicking at once
@@ -2607,16 +2618,12 @@ fn no_orphaned_vm_or_controllers_when_a_test_panics() {
 /// `start_over_unreadable_kubepods`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebooted_node_comes_back_at_the_resized_limits_and_the_agent_resumes() {
-    if let Some(why) = testkit::node_vm::skip_reason() {
-        eprintln!("SKIP: {why}");
-        return;
-    }
-    // Alone: the shared cluster's tests wait (its VMs idle meanwhile).
-    let _serial = SERIAL.lock().await;
     let mut spec = testkit::node_vm::NodeSpec::kind_like("node-reboot", 4)
         .with_suite(testkit::node_vm::Suite::Trixie);
     spec.persistent_disk = true;
-    let c = RealCluster::start(vec![spec]).await.expect("reboot node");
+    let Some((_serial, c, _)) = own_node(spec).await else {
+        return;
+    };
     let node = &c.nodes[0];
     let n = node.name();
     node.install_agent(&static_agent_binary().expect("static agent"))

@@ -124,6 +124,11 @@ impl NodeSpec {
         NodeSpec { suite, ..self }
     }
 
+    /// The node-allocatable cgroup's absolute path in the guest.
+    pub fn kubepods_path(&self) -> String {
+        format!("/sys/fs/cgroup/{}", self.kubepods_dir())
+    }
+
     /// Path of the node-allocatable cgroup (`kubepods`) under /sys/fs/cgroup.
     pub fn kubepods_dir(&self) -> String {
         let root = self

@@ -25,7 +25,6 @@ pub mod qemu;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -184,8 +183,6 @@ pub struct NodeVm {
     pub spec: NodeSpec,
     dir: PathBuf,
     qemu: Mutex<Option<Child>>,
-    /// The running qemu's pid (a reboot starts another).
-    qemu_pid: AtomicU32,
     /// qemu's command line, kept for a reboot.
     launch: qemu::VmLaunch,
     ssh_port: u16,
@@ -301,13 +298,11 @@ impl NodeVm {
             launch.overlay = Some(overlay);
         }
         let child = spawn_qemu(&launch, &dir)?;
-        let qemu_pid = child.id();
-        health::register(&spec.name, &dir, qemu_pid);
+        health::register(&spec.name, &dir);
         Ok(NodeVm {
             spec,
             dir,
             qemu: Mutex::new(Some(child)),
-            qemu_pid: AtomicU32::new(qemu_pid),
             launch,
             ssh_port,
             agent_port,
@@ -320,8 +315,13 @@ impl NodeVm {
         &self.spec.name
     }
 
-    pub fn qemu_pid(&self) -> u32 {
-        self.qemu_pid.load(Ordering::Relaxed)
+    /// The running qemu's pid (a reboot starts another); `None` once killed.
+    pub fn qemu_pid(&self) -> Option<u32> {
+        self.qemu
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(Child::id)
     }
 
     /// Reboots the guest and waits for ssh; returns the time from the
@@ -363,8 +363,6 @@ impl NodeVm {
         let console = self.dir.join("console.log");
         let _ = std::fs::rename(&console, self.dir.join("console-before-reboot.log"));
         let child = spawn_qemu(&self.launch, &self.dir)?;
-        self.qemu_pid.store(child.id(), Ordering::Relaxed);
-        health::register(&self.spec.name, &self.dir, child.id());
         *self.qemu.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
         self.wait_ssh(deadline).await?;
         Ok(at.elapsed())
@@ -385,9 +383,9 @@ impl NodeVm {
         self.agent_port
     }
 
-    /// qemu and vCPU state, the host's disk, memory and load, the console's tail.
+    /// vCPU state (or qemu not answering), the host's disk, memory and load, the console's tail.
     pub fn diagnose(&self) -> String {
-        health::diagnose(&self.spec.name, &self.dir, self.qemu_pid())
+        health::diagnose(&self.spec.name, &self.dir)
     }
 
     pub fn console_tail(&self, n: usize) -> String {
@@ -700,7 +698,7 @@ impl RealCluster {
     }
 
     fn leak_to_exit(&mut self) {
-        let pids: Vec<u32> = self.nodes.iter().map(NodeVm::qemu_pid).collect();
+        let pids: Vec<u32> = self.nodes.iter().filter_map(NodeVm::qemu_pid).collect();
         let keep = std::env::var_os("HEADROOM_KEEP_VM_DIR").is_some();
         for n in &self.nodes {
             kill_at_exit(vec![], (!keep).then(|| n.dir.clone()));
