@@ -86,6 +86,13 @@ impl Gate {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Displaced {
     pub uid: String,
+    /// Δ`full` over the interval, µs (wall time): every wait of all its
+    /// runnable tasks at once, its own throttling included.
+    pub waited_us: u64,
+    /// Its own throttled time over the interval, µs ([`PodUsage::throttled_us`]).
+    ///
+    /// [`PodUsage::throttled_us`]: crate::node_slack::PodUsage::throttled_us
+    pub throttled_us: u64,
     /// Δ`full` beyond its own throttling over the interval, µs (wall time).
     pub displaced_us: u64,
     /// CPU it waited for, millicores: `displaced_us` as a rate, times the
@@ -149,7 +156,13 @@ fn pod_pressure(p: &PodCgroup) -> Option<Pressure> {
     p.sample.as_ref().ok()?.pressure
 }
 
-/// uids of the pods Headroom manages, as [`attribute`] takes them.
+/// uids of the pods Headroom manages, as [`attribute`] takes them: the
+/// eligible ones and those held only by a resize in flight (pending, in
+/// progress, not yet observed by the kubelet). A managed pod waiting for its
+/// own resize to apply is still Headroom's: read as a neighbour bursting
+/// above its request, its own wait was owed to it, and the managed pods beside
+/// it lowered for it (two managed busy pods on the real nodes, each resize
+/// taking tens of seconds to apply there, lowered each other in turn).
 pub fn managed<'a>(
     views: &'a [PodView],
     node_name: &str,
@@ -166,7 +179,14 @@ pub fn managed<'a>(
                 pod_level_resize_supported,
                 wall_clock_s,
             };
-            crate::policy::eligibility(v, &ctx).is_ok()
+            use crate::policy::Unmanaged;
+            matches!(
+                crate::policy::eligibility(v, &ctx),
+                Ok(_)
+                    | Err(Unmanaged::ResizePending
+                        | Unmanaged::ResizeInProgress
+                        | Unmanaged::ResizeUnobserved)
+            )
         })
         .map(|v| v.uid.as_str())
         .collect()
@@ -247,22 +267,46 @@ pub fn attribute(
         let Some(waited) = full.0.checked_sub(full.1) else {
             continue; // counter reset: the cgroup was recreated
         };
-        let displaced_us = waited.saturating_sub(usage.throttled_us.unwrap_or(0));
+        // A pod whose usage or own throttling is unknown this interval (new,
+        // counter reset, a file unread) is not attributed: an unknown usage
+        // read as 0 would make it "within its request", and unknown
+        // throttling read as 0 would count its own quota as displacement.
+        let (Some(usage_m), Some(throttled_us)) = (usage.usage_m, usage.throttled_us) else {
+            continue;
+        };
+        let displaced_us = waited.saturating_sub(throttled_us);
         let request_m = requests.get(cg.uid.as_str()).copied().unwrap_or(0);
         let spans = request_m.div_ceil(1000).clamp(1, t.cpus.max(1));
-        let displaced_m =
+        let mut displaced_m =
             ((u128::from(displaced_us) * 1000 / u128::from(dt)) as Millis).saturating_mul(spans);
+        // Nobody displaced a pod from CPU its own limit would not have let it
+        // use: a pod at its limit got all of it. Its `full` beyond the
+        // throttled time it reports is its own quota still: with a quota on
+        // both the pod and its container (the systemd driver sets both) each
+        // level's period timer runs at its own phase, so the time its tasks
+        // are held is the union of both levels' throttling, more than either
+        // counter. On Linux 6.12 a lone 1-thread pod at its 300m limit read
+        // `full` 700 ms a second and at most 600 ms throttled at either level.
+        if let Some(limit_m) = cg.sample.as_ref().ok().and_then(|s| s.cpu_max.millicores()) {
+            displaced_m = displaced_m.min(limit_m.saturating_sub(usage_m));
+        }
         if displaced_m < MIN_DISPLACED_M {
             continue;
         }
-        let usage_m = usage.usage_m.unwrap_or(0);
         let within_request = usage_m < request_m;
         let threshold = (request_m as f64 * t.min_pct_of_request / 100.0).ceil() as Millis;
         let threshold = threshold.max(MIN_OWED_M);
         let again = waited_before
             .get(cg.uid.as_str())
             .is_some_and(|&m| m >= threshold);
-        let past = displaced_m >= threshold && (displaced_m >= 2 * threshold || again);
+        // A pod above its request has no claim to the CPU it waited for,
+        // only a share of the surplus: its wait counts only when it shows
+        // twice in a row. One interval is as often the node's own work: on
+        // the real nodes the kubelet stopping displaced a pod at its 300m
+        // limit by 200m for one second, and the managed pod beside it was
+        // lowered for it.
+        let strong = displaced_m >= 2 * threshold && within_request;
+        let past = displaced_m >= threshold && (strong || again);
         let deficit_m = if !past || !managed_hold {
             0
         } else if within_request {
@@ -273,8 +317,19 @@ pub fn attribute(
         } else {
             0
         };
+        // Less than 1 % of a CPU is not worth a patch: the agent's own pod
+        // (10m request) waking on a busy node was owed 1–4m every few
+        // seconds, and each time the managed pods were cut to their current
+        // use for it, then raised again.
+        let deficit_m = if deficit_m < MIN_DISPLACED_M {
+            0
+        } else {
+            deficit_m
+        };
         out.displaced.push(Displaced {
             uid: cg.uid.clone(),
+            waited_us: waited,
+            throttled_us,
             displaced_us,
             displaced_m,
             usage_m,

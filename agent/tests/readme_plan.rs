@@ -226,8 +226,5 @@ fn plan_lowers_for_a_neighbour_displaced_within_its_request_by_what_it_waited_fo
     let t = decision_of(&v, "indexer");
     assert_eq!(t["decision"], "lower", "{t}");
     let why = t["why"].as_str().unwrap();
-    assert!(
-        why.contains("1 pod(s) within their requests displaced, 300m owed"),
-        "{why}"
-    );
+    assert!(why.contains("1 pod(s) displaced, 300m owed"), "{why}");
 }

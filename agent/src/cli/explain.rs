@@ -176,7 +176,7 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     }
     let n = &round.node;
     println!(
-        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, cpu stall {:.1}% (own throttling {:.1}%), {} pod(s) within their requests displaced, owed {}m, slack {}m over {} managed pods",
+        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, cpu stall {:.1}% (own throttling {:.1}%), {} pod(s) displaced and owed CPU, owed {}m, slack {}m over {} managed pods",
         n.capacity_m,
         n.usage_m,
         n.other_usage_m,

@@ -255,29 +255,60 @@ fn a_pod_above_its_request_is_displaced_but_not_owed() {
 fn an_unmanaged_burster_is_owed_its_request_share_beside_a_bursting_managed_pod() {
     // A 3-thread batch pod (request 100m) waits 400 ms beside a managed pod
     // bursting to 800m on a 200m request: CFS would split the surplus 1:2.
-    let c = beside(
-        At {
-            usage: 1_600_000,
-            some: SEC,
-            ..At::default()
-        },
-        At {
-            usage: 800_000,
-            some: 400_000,
-            full: 300_000,
-            ..At::default()
-        },
-        (
-            "h",
+    let interval = |earlier: &Contention| {
+        let a = snap(
+            0,
+            At::default(),
+            vec![pod("m", At::default(), true), pod("h", At::default(), true)],
+        );
+        let b = snap(
+            SEC,
             At {
-                usage: 800_000,
-                some: 600_000,
-                full: 400_000,
+                usage: 1_600_000,
+                some: SEC,
                 ..At::default()
             },
-        ),
-        &[("m", 200), ("h", 100)],
-    );
+            vec![
+                pod(
+                    "m",
+                    At {
+                        usage: 800_000,
+                        some: 400_000,
+                        full: 300_000,
+                        ..At::default()
+                    },
+                    true,
+                ),
+                pod(
+                    "h",
+                    At {
+                        usage: 800_000,
+                        some: 600_000,
+                        full: 400_000,
+                        ..At::default()
+                    },
+                    true,
+                ),
+            ],
+        );
+        let slack = node_slack::measure(
+            &a,
+            &b,
+            CapacityInputs {
+                node_allocatable_m: Some(2000),
+                online_cpus: 2,
+                shared_pool_cpus: None,
+            },
+        );
+        let req: HashMap<&str, Millis> = [("m", 200), ("h", 100)].into();
+        attribute(&a, &b, &slack, &req, &["m"].into(), earlier, T)
+    };
+    // Above its request, one interval is not a claim, however long the wait.
+    let first = interval(&Contention::default());
+    assert_eq!(first.demand_m, 0, "{first:?}");
+    assert!(first.displaced.iter().any(|d| d.uid == "h"), "{first:?}");
+    // The second interval in a row is.
+    let c = interval(&first);
     assert_eq!(c.demand_m, 133, "{c:?}");
     let h = c.owed().next().unwrap();
     assert_eq!((h.uid.as_str(), h.within_request), ("h", false));
@@ -547,4 +578,150 @@ fn a_marginal_wait_counts_only_when_it_shows_twice_in_a_row() {
     let mut other = first;
     other.displaced[0].uid = "x".into();
     assert_eq!(waits(&other).demand_m, 0);
+}
+
+/// "n" throttled by its own quota for 700 ms of the second and waiting 123 ms
+/// more, beside managed "m" bursting; `edit` spoils one of n's counters.
+fn throttled_neighbour(edit: impl Fn(&mut PodCgroup, &mut PodCgroup)) -> Contention {
+    let m = At {
+        usage: 500_000,
+        ..At::default()
+    };
+    let later = At {
+        usage: 300_000,
+        throttled: 700_000,
+        some: 823_000,
+        full: 823_000,
+    };
+    let mut n0 = pod("n", At::default(), true);
+    let mut n1 = pod("n", later, true);
+    edit(&mut n0, &mut n1);
+    let a = snap(0, At::default(), vec![pod("m", At::default(), true), n0]);
+    let b = snap(SEC, At::default(), vec![pod("m", m, true), n1]);
+    run(&a, &b, &[("m", 200), ("n", 200)])
+}
+
+#[test]
+fn a_pod_whose_usage_is_unknown_is_not_owed() {
+    // Known: 300m used of a 200m request, 123m displaced beyond its own
+    // throttling (above its request: its request share of it).
+    let known = throttled_neighbour(|_, _| {});
+    assert_eq!(known.displaced.len(), 1);
+    assert!(!known.displaced[0].within_request);
+    assert_eq!(known.displaced[0].displaced_m, 123);
+    // usage_usec went back (a reset): usage unknown. Read as 0 it made "n"
+    // within its request and owed 123m (the real-node restart test lowered
+    // a pod for it).
+    let reset = throttled_neighbour(|a, _| {
+        if let Ok(s) = &mut a.sample {
+            s.cpu_stat.usage_usec = 900_000;
+        }
+    });
+    assert!(reset.displaced.is_empty(), "{:?}", reset.displaced);
+    assert_eq!(reset.demand_m, 0);
+}
+
+#[test]
+fn a_pod_whose_own_throttling_is_unknown_is_not_owed() {
+    // throttled_usec absent: its 700 ms of own quota would read as displacement.
+    let unknown = throttled_neighbour(|a, b| {
+        for p in [a, b] {
+            if let Ok(s) = &mut p.sample {
+                s.cpu_stat.throttled_usec = None;
+            }
+        }
+    });
+    assert!(unknown.displaced.is_empty(), "{:?}", unknown.displaced);
+    assert_eq!(unknown.demand_m, 0);
+}
+
+#[test]
+fn a_pod_at_its_own_limit_was_not_displaced() {
+    // Linux 6.12, systemd driver: a 1-thread pod at its 300m limit (pod and
+    // container quotas) reads `full` 700 ms a second, but at most ~430–600 ms
+    // throttled at either level. Beside a managed pod bursting, that gap was
+    // read as 270m displaced and the managed pod lowered for it.
+    let limited = |quota_us: Option<u64>| {
+        throttled_neighbour(move |a, b| {
+            for p in [a, b] {
+                if let Ok(s) = &mut p.sample {
+                    s.cpu_max.quota_us = quota_us;
+                    s.cpu_stat.throttled_usec = Some(0);
+                }
+            }
+            if let Ok(s) = &mut b.sample {
+                s.cpu_stat.throttled_usec = Some(430_000);
+                s.pressure.as_mut().unwrap().full.as_mut().unwrap().total_us = 700_000;
+            }
+        })
+    };
+    let unlimited = limited(None);
+    assert_eq!(unlimited.displaced.len(), 1, "{unlimited:?}");
+    assert_eq!(unlimited.displaced[0].displaced_m, 270);
+    // At its 300m limit, using 300m: its limit left it nothing to be displaced from.
+    let at_limit = limited(Some(30_000));
+    assert!(at_limit.displaced.is_empty(), "{at_limit:?}");
+    // At 400m it could have used 100m more: at most that was displaced.
+    let room = limited(Some(40_000));
+    assert_eq!(room.displaced.len(), 1, "{room:?}");
+    assert_eq!(room.displaced[0].displaced_m, 100);
+}
+
+#[test]
+fn a_deficit_under_one_percent_of_a_cpu_is_not_owed() {
+    // Waits 110 ms of the second (past twice the 50m floor) beside a managed
+    // pod bursting: a 10m pod using 5m is short of 5m, not worth a patch (the
+    // agent's own pod on a busy node); a 100m pod using 5m is owed the 95m it
+    // is short of.
+    let waits = At {
+        usage: 5_000,
+        some: 110_000,
+        full: 110_000,
+        ..At::default()
+    };
+    let tiny = beside_a_burst(10, waits);
+    assert_eq!(tiny.displaced.len(), 1, "{tiny:?}");
+    assert_eq!(tiny.demand_m, 0, "{tiny:?}");
+    assert_eq!(beside_a_burst(100, waits).demand_m, 95);
+}
+
+#[test]
+fn a_managed_pod_waiting_for_its_resize_is_still_managed() {
+    use crate::testkit::{PodBuilder, container, resources};
+    let pod = |name: &str| {
+        PodBuilder::new("ns", name, &format!("uid-{name}"))
+            .node("n1")
+            .containers(vec![container(
+                "app",
+                resources(Some(200), Some(300), None, None),
+            )])
+            .managed()
+            .qos_from_spec()
+            .build()
+    };
+    let idle = pod("idle");
+    let mut in_progress = pod("in-progress");
+    in_progress.resize.in_progress = Some(String::new());
+    let mut pending = pod("pending");
+    pending.resize.pending = Some("Deferred".into());
+    let mut unobserved = pod("unobserved");
+    unobserved.generation = 3;
+    unobserved.resize.observed_generation = Some(2);
+    let mut elsewhere = pod("elsewhere");
+    elsewhere.node_name = Some("n2".into());
+    let views = [idle, in_progress, pending, unobserved, elsewhere];
+    let opted: HashSet<String> = ["ns".to_string()].into();
+    let mut got: Vec<&str> = managed(&views, "n1", &opted, Some(true), 0)
+        .into_iter()
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "uid-idle",
+            "uid-in-progress",
+            "uid-pending",
+            "uid-unobserved"
+        ]
+    );
 }

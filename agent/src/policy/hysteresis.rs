@@ -189,7 +189,7 @@ impl Cause {
             Cause::Pressure => {
                 let c = &node.contention;
                 format!(
-                    "lower {cur}m→{target}m: {} pod(s) within their requests displaced, {}m owed to them (kubepods stall {:.1}%, of which own throttling {:.1}%), slack {slack}m",
+                    "lower {cur}m→{target}m: {} pod(s) displaced, {}m owed to them (kubepods stall {:.1}%, of which own throttling {:.1}%), slack {slack}m",
                     c.displaced_pods, c.demand_m, c.some_pct, c.throttling_pct
                 )
             }

@@ -58,7 +58,8 @@ pub struct ContentionInputs {
     pub some_pct: f64,
     /// The part of it the pods' own CFS throttling explains (display only).
     pub throttling_pct: f64,
-    /// Pods within their request that other cgroups displaced this interval.
+    /// Pods owed CPU this interval: displaced within their request, or
+    /// (not managed) bursting beside managed pods that burst.
     pub displaced_pods: usize,
     /// CPU owed to them, held across ticks: what managed pods give back.
     pub demand_m: Millis,

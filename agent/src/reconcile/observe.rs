@@ -210,6 +210,19 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             return None;
         }
         let contention = self.attribute(&prev, &snap, &slack, &views, &managed);
+        for d in &contention.displaced {
+            tracing::debug!(
+                uid = %d.uid,
+                interval_us = slack.interval_us,
+                waited_us = d.waited_us,
+                throttled_us = d.throttled_us,
+                displaced_m = d.displaced_m,
+                usage_m = d.usage_m,
+                request_m = d.request_m,
+                owed_m = d.deficit_m,
+                "pod displaced"
+            );
+        }
         drop(managed);
         self.scan.earlier = contention.clone();
         drop(prev);

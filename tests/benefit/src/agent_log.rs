@@ -11,7 +11,8 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LowerWhy {
-    /// `N pod(s) within their requests displaced, Xm owed to them`.
+    /// `N pod(s) displaced, Xm owed to them` (before 2026-12-05: `N pod(s)
+    /// within their requests displaced, …`).
     Displaced,
     /// `above ceiling`.
     Ceiling,
@@ -24,7 +25,7 @@ pub enum LowerWhy {
 
 impl LowerWhy {
     pub fn of(why: &str) -> LowerWhy {
-        if why.contains("within their requests displaced") {
+        if why.contains("pod(s) displaced") || why.contains("within their requests displaced") {
             LowerWhy::Displaced
         } else if why.contains("above ceiling") {
             LowerWhy::Ceiling
