@@ -167,10 +167,19 @@ impl NodeVm {
 /// The transient systemd unit the guest agent runs as (one per node).
 const GUEST_AGENT_UNIT: &str = "headroom-agent";
 
-/// `headroom-agent run` as a transient systemd unit in the guest.
+/// The agent on one node: `headroom-agent run` as a transient systemd unit
+/// in the guest ([`GuestAgent::start`]), or the DaemonSet's pod there
+/// ([`GuestAgent::daemonset_pod`]).
 pub struct GuestAgent<'a> {
     pub node: &'a NodeVm,
-    pub unit: String,
+    runs: Runs,
+}
+
+enum Runs {
+    Unit(String),
+    /// The pod on the node, found afresh at each call (a reboot keeps the
+    /// pod, a deleted one is replaced); the client reaches the API server.
+    Pod(kube::Client),
 }
 
 impl<'a> GuestAgent<'a> {
@@ -191,7 +200,10 @@ impl<'a> GuestAgent<'a> {
             cmd.push_str(&shell_quote(a));
         }
         node.sh(&cmd).await?;
-        let agent = GuestAgent { node, unit };
+        let agent = GuestAgent {
+            node,
+            runs: Runs::Unit(unit),
+        };
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok((200, _)) = agent.get("/healthz").await {
@@ -208,8 +220,33 @@ impl<'a> GuestAgent<'a> {
         }
     }
 
+    /// The agent pod of the DaemonSet on `node` (installed with
+    /// [`super::RealCluster::install_daemonset`]), once it is Ready.
+    pub async fn daemonset_pod(
+        node: &'a NodeVm,
+        client: kube::Client,
+        within: Duration,
+    ) -> anyhow::Result<GuestAgent<'a>> {
+        super::daemonset::agent_pod_ready(&client, node.name(), within).await?;
+        Ok(GuestAgent {
+            node,
+            runs: Runs::Pod(client),
+        })
+    }
+
+    /// The systemd unit it runs as (`None`: the DaemonSet's pod).
+    pub fn unit(&self) -> Option<&str> {
+        match &self.runs {
+            Runs::Unit(u) => Some(u),
+            Runs::Pod(_) => None,
+        }
+    }
+
     pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        http_get(self.node.agent_port(), path).await
+        match &self.runs {
+            Runs::Unit(_) => http_get(self.node.agent_port(), path).await,
+            Runs::Pod(client) => super::daemonset::proxy_get(client, self.node.name(), path).await,
+        }
     }
 
     pub async fn scrape(&self) -> anyhow::Result<prometheus_parse::Scrape> {
@@ -221,13 +258,16 @@ impl<'a> GuestAgent<'a> {
     }
 
     pub async fn log_tail(&self, n: usize) -> String {
-        self.node
-            .sh(&format!(
-                "journalctl -u {} --no-pager -o cat | tail -n {n}",
-                self.unit
-            ))
-            .await
-            .unwrap_or_else(|e| format!("<journal: {e:#}>"))
+        match &self.runs {
+            Runs::Unit(unit) => self
+                .node
+                .sh(&format!(
+                    "journalctl -u {unit} --no-pager -o cat | tail -n {n}"
+                ))
+                .await
+                .unwrap_or_else(|e| format!("<journal: {e:#}>")),
+            Runs::Pod(client) => super::daemonset::log_tail(client, self.node, n).await,
+        }
     }
 
     /// Stops the agent unit on `node` if one is running (an earlier `start`,
@@ -242,11 +282,16 @@ impl<'a> GuestAgent<'a> {
         .map(|_| ())
     }
 
+    /// Stops the unit; the DaemonSet's pod runs on until it is uninstalled.
     pub async fn stop(self) -> anyhow::Result<()> {
-        self.node
-            .sh(&format!("systemctl stop {}", self.unit))
-            .await
-            .map(|_| ())
+        match &self.runs {
+            Runs::Unit(unit) => self
+                .node
+                .sh(&format!("systemctl stop {unit}"))
+                .await
+                .map(|_| ()),
+            Runs::Pod(_) => Ok(()),
+        }
     }
 }
 

@@ -106,24 +106,8 @@ impl RealCluster {
     /// (10.96.0.1:443) to the API server's guest address — and masquerade
     /// pod traffic leaving the node (the bridge CNI is set up without it).
     pub async fn program_kubernetes_service(&self) -> anyhow::Result<()> {
-        let (ip, port) = KUBERNETES_SERVICE
-            .split_once(':')
-            .context("service address")?;
-        let to = format!(
-            "{}:{}",
-            crate::certs::GUEST_APISERVER_IP,
-            super::config::GUEST_APISERVER_PORT
-        );
         for node in &self.nodes {
-            let cidr = &node.spec.pod_cidr;
-            node.sh(&format!(
-                "sysctl -qw net.ipv4.ip_forward=1 && \
-                 dnat='-d {ip}/32 -p tcp --dport {port} -j DNAT --to-destination {to}' && \
-                 {{ iptables -t nat -C PREROUTING $dnat 2>/dev/null || iptables -t nat -A PREROUTING $dnat; }} && \
-                 masq='-s {cidr} ! -d {cidr} -j MASQUERADE' && \
-                 {{ iptables -t nat -C POSTROUTING $masq 2>/dev/null || iptables -t nat -A POSTROUTING $masq; }}"
-            ))
-            .await?;
+            node.program_kubernetes_service().await?;
         }
         Ok(())
     }
@@ -160,5 +144,30 @@ impl RealCluster {
     /// tests/scenarios/run.sh, the runner kind and the VM cluster share.
     pub fn scenario_runner() -> PathBuf {
         repo_root().join("tests/scenarios/run.sh")
+    }
+}
+
+impl super::NodeVm {
+    /// [`RealCluster::program_kubernetes_service`] on this node alone (after
+    /// a reboot: the rules live in the kernel, as kube-proxy's do).
+    pub async fn program_kubernetes_service(&self) -> anyhow::Result<()> {
+        let (ip, port) = KUBERNETES_SERVICE
+            .split_once(':')
+            .context("service address")?;
+        let to = format!(
+            "{}:{}",
+            crate::certs::GUEST_APISERVER_IP,
+            super::config::GUEST_APISERVER_PORT
+        );
+        let cidr = &self.spec.pod_cidr;
+        self.sh(&format!(
+            "sysctl -qw net.ipv4.ip_forward=1 && \
+             dnat='-d {ip}/32 -p tcp --dport {port} -j DNAT --to-destination {to}' && \
+             {{ iptables -t nat -C PREROUTING $dnat 2>/dev/null || iptables -t nat -A PREROUTING $dnat; }} && \
+             masq='-s {cidr} ! -d {cidr} -j MASQUERADE' && \
+             {{ iptables -t nat -C POSTROUTING $masq 2>/dev/null || iptables -t nat -A POSTROUTING $masq; }}"
+        ))
+        .await?;
+        Ok(())
     }
 }

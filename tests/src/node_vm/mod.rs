@@ -17,6 +17,7 @@
 //! [`RealCluster::two_node_specs`]).
 
 pub mod config;
+pub mod daemonset;
 pub mod egress;
 pub mod guest;
 pub mod health;
