@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
@@ -16,6 +16,8 @@ use super::{NodeVm, RealCluster, repo_root};
 
 /// The namespace deploy/ installs the agent in.
 pub const NAMESPACE: &str = "headroom-system";
+/// The agent's DaemonSet in deploy/.
+const DAEMONSET: &str = "headroom-agent";
 /// The agent pods' labels in deploy/.
 const SELECTOR: &str = "app.kubernetes.io/name=headroom,app.kubernetes.io/component=agent";
 /// The image deploy/ names, as containerd stores an imported Docker archive.
@@ -106,25 +108,132 @@ impl RealCluster {
         Ok(())
     }
 
-    /// `kubectl delete` of what [`Self::install_daemonset`] applied; waits
-    /// until the agent pods are gone.
+    /// Deletes the agent's DaemonSet and returns once its pods are gone from
+    /// the API and their containers from every node. The rest of deploy/
+    /// (namespace, RBAC, admission policy) stays: the next `kubectl apply -k
+    /// deploy/` finds it unchanged, and a namespace deletion, which waits on
+    /// every API group and each kubelet, twice outlasted 300 s after a full
+    /// tier (never alone).
+    /// Pods not gone within 3 minutes are printed with their nodes'
+    /// containers, then force-deleted (the kubelet kills what it no longer
+    /// knows); it fails if a container is still running a minute later.
     pub async fn uninstall_daemonset(&self) -> anyhow::Result<()> {
-        let deploy = repo_root().join("deploy");
+        // The query below must see the agent while it runs, or its "gone"
+        // would prove nothing.
+        for node in &self.nodes {
+            let running = self.agent_containers(node).await?;
+            if running.trim().is_empty() {
+                bail!(
+                    "no running agent container found on {}: {running}",
+                    node.name()
+                );
+            }
+        }
+        self.remove_daemonset().await
+    }
+
+    /// [`Self::uninstall_daemonset`] without first checking that an agent
+    /// runs on every node: for what a test that failed with the DaemonSet
+    /// installed left behind (nothing to do if it is not there).
+    pub async fn remove_daemonset(&self) -> anyhow::Result<()> {
         kubectl(
             self,
             &[
+                "-n",
+                NAMESPACE,
                 "delete",
-                "-k",
-                &deploy.to_string_lossy(),
+                "daemonset",
+                DAEMONSET,
                 "--ignore-not-found",
-                "--wait=true",
-                "--timeout=300s",
+                "--wait=false",
             ],
             None,
         )
-        .await
-        .map(|_| ())
+        .await?;
+        let client = self.cp.client().await;
+        let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+        let lp = ListParams::default().labels(SELECTOR);
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let left = pods.list(&lp).await?.items;
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() > deadline {
+                let mut what: Vec<String> = left.iter().map(describe).collect();
+                for node in &self.nodes {
+                    what.push(format!(
+                        "{} containers:\n{}",
+                        node.name(),
+                        self.agent_containers(node)
+                            .await
+                            .unwrap_or_else(|e| format!("{e:#}"))
+                    ));
+                }
+                eprintln!(
+                    "WARN: agent pods not gone 180 s after their DaemonSet was deleted; force-deleting:\n{}",
+                    what.join("\n")
+                );
+                let force = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                };
+                for p in &left {
+                    let name = p.metadata.name.as_deref().unwrap_or_default();
+                    let _ = pods.delete(name, &force).await;
+                }
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for node in &self.nodes {
+            loop {
+                let running = self.agent_containers(node).await?;
+                if running.trim().is_empty() {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "an agent container still runs on {} after its pod was deleted:\n{running}",
+                        node.name()
+                    );
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
+        }
+        Ok(())
     }
+
+    /// The running tasks of containerd's containers of the agent's namespace
+    /// on `node` (`ctr`: the node image has no crictl), one per line.
+    async fn agent_containers(&self, node: &NodeVm) -> anyhow::Result<String> {
+        let ns_label = format!("labels.\\\"io.kubernetes.pod.namespace\\\"=={NAMESPACE}");
+        node.sh(&format!(
+            "for c in $(ctr -n k8s.io containers ls -q \"{ns_label}\"); do \
+               ctr -n k8s.io tasks ls | awk -v c=\"$c\" '$1 == c && $3 == \"RUNNING\"'; done"
+        ))
+        .await
+    }
+}
+
+/// A pod left behind: where, since when deleted, and its containers' states.
+fn describe(p: &Pod) -> String {
+    let spec_node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+    let status = p.status.as_ref();
+    format!(
+        "pod {} on {:?}: deleted at {:?}, phase {:?}, containers {:?}",
+        p.metadata.name.as_deref().unwrap_or_default(),
+        spec_node,
+        p.metadata.deletion_timestamp,
+        status.and_then(|s| s.phase.clone()),
+        status
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|cs| cs
+                .iter()
+                .map(|c| (c.name.clone(), c.state.clone()))
+                .collect::<Vec<_>>()),
+    )
 }
 
 /// The agent pod on `node`, if any (the DaemonSet keeps one per node).
