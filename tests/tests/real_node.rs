@@ -2194,6 +2194,19 @@ async fn unreadable_kubepods_on(
         (p.metadata.uid.clone(), restart_count(&p))
     };
     let (uid, restarts) = agent_restarts().await;
+    let before = kubepods_errors(&agent.scrape().await.expect("scrape"));
+    let blinded = Instant::now();
+    node.sh(&format!("chmod 000 {files} && systemctl restart kubelet"))
+        .await
+        .expect("kubepods unreadable, kubelet restarted");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let kept = agent.scrape().await.map(|s| kubepods_errors(&s));
+    // The new process must open them. Polled here rather than with
+    // `wait_scrape`, whose panic would skip the restore below.
+    let killed = node.sh("pkill -KILL -x headroom-agent").await;
+    // The pods' generations once the running agent is gone: it still reads
+    // kubepods through its open handles and may rightly patch until then;
+    // only the restarted process, which cannot read them, must not.
     let gens: Vec<(String, Option<i64>)> = api
         .list(&Default::default())
         .await
@@ -2207,16 +2220,6 @@ async fn unreadable_kubepods_on(
             )
         })
         .collect();
-    let before = kubepods_errors(&agent.scrape().await.expect("scrape"));
-    let blinded = Instant::now();
-    node.sh(&format!("chmod 000 {files} && systemctl restart kubelet"))
-        .await
-        .expect("kubepods unreadable, kubelet restarted");
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let kept = agent.scrape().await.map(|s| kubepods_errors(&s));
-    // The new process must open them. Polled here rather than with
-    // `wait_scrape`, whose panic would skip the restore below.
-    let killed = node.sh("pkill -KILL -x headroom-agent").await;
     let mut counted = None;
     while killed.is_ok() && blinded.elapsed() < Duration::from_secs(150) {
         let (u, r) = agent_restarts().await;
