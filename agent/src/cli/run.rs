@@ -13,7 +13,7 @@ use headroom::kube::watch;
 use headroom::metrics::{self, Metrics, Readiness};
 use headroom::policy::{FloorMode, PolicyConfig};
 use headroom::reconcile::{Agent, Settings};
-use headroom::verify::{CgroupWatch, WatchEvent, dirs_to_watch};
+use headroom::verify::{CgroupWatch, WatchEvent, dirs_to_watch, watch_key};
 
 use super::{parse_allocatable, parse_cpu, parse_duration, parse_node_name, parse_tick};
 
@@ -210,7 +210,7 @@ async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
     };
     let mut ticker = tokio::time::interval(a.tick);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut watched_at_pods = usize::MAX;
+    let mut watched_key = usize::MAX;
     loop {
         tokio::select! {
             _ = ticker.tick() => {
@@ -218,9 +218,9 @@ async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
                 readiness.tick_done(agent.last_tick_ok());
                 if let Some(snap) = agent.snapshot() {
                     readiness.set_first_scan_done();
-                    // Re-sync watches when the set of pod cgroups changed.
-                    if let Some(w) = inotify.as_mut() && snap.pods.len() != watched_at_pods {
-                        watched_at_pods = snap.pods.len();
+                    // Re-sync watches when pod or container cgroups came or went.
+                    if let Some(w) = inotify.as_mut() && watch_key(snap) != watched_key {
+                        watched_key = watch_key(snap);
                         for (dir, e) in w.sync(dirs_to_watch(snap)) {
                             tracing::debug!(dir = %dir.display(), error = %e, "cannot watch");
                         }
@@ -233,7 +233,7 @@ async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
                     agent.request_audit();
                 }
                 Some(Ok(WatchEvent::Overflow)) => agent.request_audit(),
-                Some(Ok(WatchEvent::Created(_) | WatchEvent::Removed(_))) => watched_at_pods = usize::MAX,
+                Some(Ok(WatchEvent::Created(_) | WatchEvent::Removed(_))) => watched_key = usize::MAX,
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "inotify failed; falling back to interval audits");
                     inotify = None;

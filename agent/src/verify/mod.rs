@@ -15,4 +15,4 @@ pub use compare::{
 };
 pub use drift::{DEFAULT_GRACE, DriftEvent, InflightResize, PodDrift, ResizeOutcome, kubelet_done};
 pub use expected::{Expected, ExpectedContainer, ExpectedMax, expected_cpu_max};
-pub use watch::{CgroupWatch, WatchEvent, dirs_to_watch};
+pub use watch::{CgroupWatch, WatchEvent, dirs_to_watch, watch_key};

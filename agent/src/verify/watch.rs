@@ -50,6 +50,15 @@ pub fn dirs_to_watch(snapshot: &NodeSnapshot) -> BTreeSet<PathBuf> {
     dirs
 }
 
+/// How many pod and container cgroups a snapshot holds: the watches are
+/// re-synced whenever it changes. Counting pods alone missed a container
+/// cgroup created between the scan that first saw its pod and the watch on
+/// the pod's directory (no IN_CREATE was ever raised for it, so its
+/// `cpu.max` went unwatched until the pod count next changed).
+pub fn watch_key(snapshot: &NodeSnapshot) -> usize {
+    snapshot.pods.iter().map(|p| 1 + p.containers.len()).sum()
+}
+
 const MASK: WatchMask = WatchMask::MODIFY
     .union(WatchMask::CREATE)
     .union(WatchMask::DELETE)
@@ -218,6 +227,62 @@ mod tests {
             classify(EventMask::DELETE | EventMask::ISDIR, d, OsStr::new("abc")),
             Some(WatchEvent::Removed(d.join("abc")))
         );
+    }
+
+    fn pod(uid: &str, containers: &[&str]) -> crate::cgroup::PodCgroup {
+        use crate::cgroup::{CgroupError, ContainerCgroup, ContainerRole, Runtime};
+        use crate::model::Qos;
+        let path = PathBuf::from("kubepods/burstable").join(format!("pod{uid}"));
+        crate::cgroup::PodCgroup {
+            uid: uid.into(),
+            qos: Qos::Burstable,
+            sample: Err(CgroupError::Missing(path.clone())),
+            containers: containers
+                .iter()
+                .map(|id| ContainerCgroup {
+                    id: (*id).into(),
+                    runtime: Runtime::Unknown,
+                    role: ContainerRole::App,
+                    path: path.join(id),
+                    cpu_max: Err(CgroupError::Missing(path.join(id))),
+                    throttled_usec: None,
+                })
+                .collect(),
+            path,
+            containers_unlisted: None,
+        }
+    }
+
+    /// The race cold CI hit: the first scan saw the pod before its container
+    /// cgroup existed, so the container's `cpu.max` was never watched.
+    #[test]
+    fn a_container_cgroup_appearing_later_changes_the_watch_key() {
+        use crate::cgroup::{Driver, Layout, NodeSnapshot};
+        let mut snap = NodeSnapshot {
+            at_us: 0,
+            layout: Layout {
+                driver: Driver::Cgroupfs,
+                kubepods: "kubepods".into(),
+            },
+            kubepods: crate::cgroup::CgroupSample {
+                cpu_max: crate::cgroup::CpuMax {
+                    quota_us: None,
+                    period_us: 100_000,
+                },
+                cpu_stat: Default::default(),
+                pressure: None,
+                weight: None,
+            },
+            pods: vec![pod("a", &[])],
+            unlisted_qos: vec![],
+            issues: vec![],
+        };
+        let before = watch_key(&snap);
+        snap.pods = vec![pod("a", &["c1"])];
+        assert_ne!(watch_key(&snap), before, "a new container re-syncs");
+        let with_one = watch_key(&snap);
+        snap.pods = vec![pod("a", &["c1"]), pod("b", &[])];
+        assert_ne!(watch_key(&snap), with_one, "a new pod re-syncs");
     }
 
     #[tokio::test]
