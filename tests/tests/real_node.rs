@@ -1465,7 +1465,14 @@ fn counter_snapshot(
             continue;
         };
         if file == "/proc/uptime" {
-            at_us = (key.parse::<f64>().unwrap_or(0.0) * 1e6) as u64;
+            // Seconds with two decimals, read exactly (no float rounding).
+            let (secs, frac) = key.split_once('.').unwrap_or((key, ""));
+            let frac = format!("{frac:0<6}");
+            at_us = secs.parse::<u64>().unwrap_or(0) * 1_000_000
+                + frac
+                    .get(..6)
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .unwrap_or(0);
             continue;
         }
         let Some((dir, leaf)) = file.rsplit_once('/') else {
