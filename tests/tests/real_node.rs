@@ -1465,14 +1465,8 @@ fn counter_snapshot(
             continue;
         };
         if file == "/proc/uptime" {
-            // Seconds with two decimals, read exactly (no float rounding).
-            let (secs, frac) = key.split_once('.').unwrap_or((key, ""));
-            let frac = format!("{frac:0<6}");
-            at_us = secs.parse::<u64>().unwrap_or(0) * 1_000_000
-                + frac
-                    .get(..6)
-                    .and_then(|f| f.parse::<u64>().ok())
-                    .unwrap_or(0);
+            // Seconds with two decimals: rounded to them, read exactly.
+            at_us = (key.parse::<f64>().unwrap_or(0.0) * 100.0).round() as u64 * 10_000;
             continue;
         }
         let Some((dir, leaf)) = file.rsplit_once('/') else {
@@ -2014,11 +2008,11 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
     raw("displaced-by-throttled".into(), dt, d.clone()).await;
     let steady = d.get("steady").copied().unwrap_or_default();
     let steady_m = steady.usage_us * 1000 / dt.max(1);
-    let short_m = 800u64.saturating_sub(steady_m).min(steady.displaced_m(dt));
+    let displaced_m = steady.displaced_m(dt);
+    let short_m = 800u64.saturating_sub(steady_m).min(displaced_m);
     if short_m < 80 {
         eprintln!(
-            "MEASURE {n} neighbour beside a throttled pod: used {steady_m}m of its 800m request over 5 s from 3 s after it started, displaced {}m (owed {short_m}m, under its 80m threshold): no lowering owed",
-            steady.displaced_m(dt)
+            "MEASURE {n} neighbour beside a throttled pod: used {steady_m}m of its 800m request over 5 s from 3 s after it started, displaced {displaced_m}m (owed {short_m}m, under its 80m threshold): no lowering owed"
         );
         // Well under the threshold, the throttled pod keeps its limit: its
         // own waits (throttling, `full` ~50 %) are no claim of the

@@ -219,8 +219,9 @@ async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
                 if let Some(snap) = agent.snapshot() {
                     readiness.set_first_scan_done();
                     // Re-sync watches when pod or container cgroups came or went.
-                    if let Some(w) = inotify.as_mut() && watch_key(snap) != watched_key {
-                        watched_key = watch_key(snap);
+                    let key = watch_key(&snap.pods);
+                    if let Some(w) = inotify.as_mut() && key != watched_key {
+                        watched_key = key;
                         for (dir, e) in w.sync(dirs_to_watch(snap)) {
                             tracing::debug!(dir = %dir.display(), error = %e, "cannot watch");
                         }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use futures::StreamExt;
 use inotify::{EventMask, EventStream, Inotify, WatchDescriptor, WatchMask, Watches};
 
-use crate::cgroup::{NodeSnapshot, file};
+use crate::cgroup::{NodeSnapshot, PodCgroup, file};
 
 /// What changed, with paths relative to the cgroup root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,13 +50,15 @@ pub fn dirs_to_watch(snapshot: &NodeSnapshot) -> BTreeSet<PathBuf> {
     dirs
 }
 
-/// How many pod and container cgroups a snapshot holds: the watches are
+/// How many pod and container cgroups a scan found: the watches are
 /// re-synced whenever it changes. Counting pods alone missed a container
 /// cgroup created between the scan that first saw its pod and the watch on
 /// the pod's directory (no IN_CREATE was ever raised for it, so its
-/// `cpu.max` went unwatched until the pod count next changed).
-pub fn watch_key(snapshot: &NodeSnapshot) -> usize {
-    snapshot.pods.iter().map(|p| 1 + p.containers.len()).sum()
+/// `cpu.max` went unwatched until the pod count next changed). A count is
+/// enough: a cgroup removed meanwhile raises IN_DELETE on a watched parent,
+/// which forces a re-sync anyway.
+pub fn watch_key(pods: &[PodCgroup]) -> usize {
+    pods.iter().map(|p| 1 + p.containers.len()).sum()
 }
 
 const MASK: WatchMask = WatchMask::MODIFY
@@ -229,60 +231,19 @@ mod tests {
         );
     }
 
-    fn pod(uid: &str, containers: &[&str]) -> crate::cgroup::PodCgroup {
-        use crate::cgroup::{CgroupError, ContainerCgroup, ContainerRole, Runtime};
-        use crate::model::Qos;
-        let path = PathBuf::from("kubepods/burstable").join(format!("pod{uid}"));
-        crate::cgroup::PodCgroup {
-            uid: uid.into(),
-            qos: Qos::Burstable,
-            sample: Err(CgroupError::Missing(path.clone())),
-            containers: containers
-                .iter()
-                .map(|id| ContainerCgroup {
-                    id: (*id).into(),
-                    runtime: Runtime::Unknown,
-                    role: ContainerRole::App,
-                    path: path.join(id),
-                    cpu_max: Err(CgroupError::Missing(path.join(id))),
-                    throttled_usec: None,
-                })
-                .collect(),
-            path,
-            containers_unlisted: None,
-        }
-    }
-
     /// The race cold CI hit: the first scan saw the pod before its container
     /// cgroup existed, so the container's `cpu.max` was never watched.
     #[test]
     fn a_container_cgroup_appearing_later_changes_the_watch_key() {
-        use crate::cgroup::{Driver, Layout, NodeSnapshot};
-        let mut snap = NodeSnapshot {
-            at_us: 0,
-            layout: Layout {
-                driver: Driver::Cgroupfs,
-                kubepods: "kubepods".into(),
-            },
-            kubepods: crate::cgroup::CgroupSample {
-                cpu_max: crate::cgroup::CpuMax {
-                    quota_us: None,
-                    period_us: 100_000,
-                },
-                cpu_stat: Default::default(),
-                pressure: None,
-                weight: None,
-            },
-            pods: vec![pod("a", &[])],
-            unlisted_qos: vec![],
-            issues: vec![],
-        };
-        let before = watch_key(&snap);
-        snap.pods = vec![pod("a", &["c1"])];
-        assert_ne!(watch_key(&snap), before, "a new container re-syncs");
-        let with_one = watch_key(&snap);
-        snap.pods = vec![pod("a", &["c1"]), pod("b", &[])];
-        assert_ne!(watch_key(&snap), with_one, "a new pod re-syncs");
+        use crate::verify::compare::tests::cgroup_for;
+        use crate::verify::expected::tests::{container, pod};
+        let seen = cgroup_for(&pod("a", vec![container("c", Some(100), Some(200))]));
+        let mut early = seen.clone();
+        early.containers.clear();
+        let one = watch_key(std::slice::from_ref(&seen));
+        assert_ne!(watch_key(&[early]), one, "a new container re-syncs");
+        let other = cgroup_for(&pod("b", vec![container("c", Some(100), Some(200))]));
+        assert_ne!(watch_key(&[seen, other]), one, "a new pod re-syncs");
     }
 
     #[tokio::test]
