@@ -60,6 +60,11 @@ rc=0
 tr '\n' '\0' <"$work/queue" | xargs -0 -P "$lanes" -n 1 bash -c 'run_one "$1"' _ || rc=$?
 if [ "$rc" != 0 ] || compgen -G "$work/failed.*" >/dev/null; then
   cat "$work"/failed.* >&2 2>/dev/null || true
+  for f in "$work"/failed.*; do
+    [ -e "$f" ] || continue
+    echo "== why ${f##*/failed.} failed" >&2
+    bash scripts/lib/failure-digest.sh "$work/${f##*/failed.}.log" 8 >&2
+  done
   echo "tier 1 failed (xargs exit $rc)" >&2
   exit 1
 fi
