@@ -2451,15 +2451,15 @@ async fn restarts_on(c: &RealCluster, node: &NodeVm) {
     // sync: with the kubelet stopped they would run on, and their load would
     // lower these pods instead of raising them. Wait for only these two and
     // the agent's.
+    let pods = format!(
+        "find {} -mindepth 1 -maxdepth 2 -type d -name '*pod[0-9a-f]*'",
+        node.spec.kubepods_path()
+    );
+    // Bounded by the guest's clock, inside `sh`'s own 180 s.
     let alone = node
         .sh(&format!(
-            // Bounded by the guest's clock, under `sh`'s own 180 s.
             "end=$(( $(date +%s) + 150 )); while [ $(date +%s) -lt $end ]; do \
-               n=$(find {} -mindepth 1 -maxdepth 2 -type d -name '*pod[0-9a-f]*' | wc -l); \
-               [ \"$n\" -le 3 ] && exit 0; sleep 1; done; \
-             find {} -mindepth 1 -maxdepth 2 -type d -name '*pod[0-9a-f]*'; exit 1",
-            node.spec.kubepods_path(),
-            node.spec.kubepods_path()
+               [ $({pods} | wc -l) -le 3 ] && exit 0; sleep 1; done; {pods}; exit 1"
         ))
         .await;
     if let Err(e) = alone {
