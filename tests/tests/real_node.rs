@@ -2085,17 +2085,16 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
         eprintln!(
             "MEASURE {n} neighbour beside a throttled pod: used {steady_m}m of its 800m request over 5 s from 3 s after it started, displaced {displaced_m}m (owed {short_m}m, under its 80m threshold): no lowering owed"
         );
-        // Well under the threshold, the throttled pod keeps its limit: its
-        // own waits (throttling, `full` ~50 %) are no claim of the
-        // neighbour's. Between half the threshold and the threshold a second
-        // or two past it may rightly lower it: no claim either way.
-        if short_m < 40 {
-            tokio::time::sleep(Duration::from_secs(15)).await;
-            assert_eq!(
-                first_lowering_after(&agent, &thr_name, t1).await,
-                None,
-                "{n}: the throttled pod was lowered for a neighbour owed {short_m}m:\n{}",
-                agent.log_tail(60).await
+        // No claim either way: the agent owes per 1 s interval, and one
+        // interval displaced by twice the threshold rightly lowers at once
+        // (a run whose 5 s window read 5m owed was lowered within 15 s for
+        // 177m owed in one second). Phase 3 holds that a pod throttled at
+        // its ceiling, alone, keeps it.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        if let Some((at, line)) = first_lowering_after(&agent, &thr_name, t1).await {
+            eprintln!(
+                "MEASURE {n} the throttled pod was lowered {:.1} s after the neighbour started, for a 1 s interval: {line}",
+                at - t1
             );
         }
         agent.stop().await.expect("agent stops");
