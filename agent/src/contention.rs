@@ -200,6 +200,13 @@ pub fn requests(views: &[PodView]) -> HashMap<&str, Millis> {
         .collect()
 }
 
+/// The least wait, per interval, that a pod requesting `request_m` is owed
+/// for: `min_pct_of_request` of its request (`pressure_start_pct`), never
+/// below [`MIN_OWED_M`].
+pub fn owed_threshold_m(request_m: Millis, min_pct_of_request: f64) -> Millis {
+    ((request_m as f64 * min_pct_of_request / 100.0).ceil() as Millis).max(MIN_OWED_M)
+}
+
 /// Attributes the interval's stall to pods. `requests` maps uid → the pod's
 /// CPU request (pods not in it, e.g. not in the watch cache yet, count as
 /// requesting nothing); `managed` holds the uids Headroom manages;
@@ -294,8 +301,7 @@ pub fn attribute(
             continue;
         }
         let within_request = usage_m < request_m;
-        let threshold = (request_m as f64 * t.min_pct_of_request / 100.0).ceil() as Millis;
-        let threshold = threshold.max(MIN_OWED_M);
+        let threshold = owed_threshold_m(request_m, t.min_pct_of_request);
         let again = waited_before
             .get(cg.uid.as_str())
             .is_some_and(|&m| m >= threshold);

@@ -1791,31 +1791,9 @@ async fn settled(api: &Api<Pod>, agent: &GuestAgent<'_>, name: &str) -> u64 {
     );
 }
 
-/// Guest time (epoch s) of the agent's first lowering of `pod` (ns/name)
-/// after `since`, from its journal; `None` if there is none yet.
-async fn first_lowering_after(
-    agent: &GuestAgent<'_>,
-    pod: &str,
-    since: f64,
-) -> Option<(f64, String)> {
-    let out = agent
-        .node
-        .sh(&format!(
-            "journalctl -u {} --no-pager -o short-unix | grep 'resized' | grep 'pod={pod} '",
-            agent.unit().expect("an agent run as a unit")
-        ))
-        .await
-        .unwrap_or_default();
-    out.lines().find_map(|l| {
-        let at: f64 = l.split_whitespace().next()?.parse().ok()?;
-        let lower = l.contains("why=lower ");
-        (at >= since && lower).then(|| (at, l.to_string()))
-    })
-}
-
-/// The lowest limit the agent set `pod` (ns/name) to after `since` (guest
-/// epoch s), from its journal's `resized` lines; `None` if it set none.
-async fn lowest_limit_after(agent: &GuestAgent<'_>, pod: &str, since: f64) -> Option<u64> {
+/// The agent's `resized` journal lines for `pod` (ns/name) from `since`
+/// (guest epoch s) on, each with its time.
+async fn resized_since(agent: &GuestAgent<'_>, pod: &str, since: f64) -> Vec<(f64, String)> {
     let out = agent
         .node
         .sh(&format!(
@@ -1827,9 +1805,33 @@ async fn lowest_limit_after(agent: &GuestAgent<'_>, pod: &str, since: f64) -> Op
     out.lines()
         .filter_map(|l| {
             let at: f64 = l.split_whitespace().next()?.parse().ok()?;
+            (at >= since).then(|| (at, l.to_string()))
+        })
+        .collect()
+}
+
+/// Guest time (epoch s) of the agent's first lowering of `pod` (ns/name)
+/// after `since`, from its journal; `None` if there is none yet.
+async fn first_lowering_after(
+    agent: &GuestAgent<'_>,
+    pod: &str,
+    since: f64,
+) -> Option<(f64, String)> {
+    resized_since(agent, pod, since)
+        .await
+        .into_iter()
+        .find(|(_, l)| l.contains("why=lower "))
+}
+
+/// The lowest limit the agent set `pod` (ns/name) to after `since`, from
+/// its journal; `None` if it set none.
+async fn lowest_limit_after(agent: &GuestAgent<'_>, pod: &str, since: f64) -> Option<u64> {
+    resized_since(agent, pod, since)
+        .await
+        .iter()
+        .filter_map(|(_, l)| {
             let new = l.split_whitespace().find_map(|w| w.strip_prefix("new="))?;
-            let m = new.strip_suffix('m')?.parse().ok()?;
-            (at >= since).then_some(m)
+            new.strip_suffix('m')?.parse().ok()
         })
         .min()
 }
@@ -2029,9 +2031,10 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
     // is owed nothing below its threshold (`pressure_start_pct` of its 800m
     // request, at least MIN_OWED_M). One run stopped at 540m with the
     // neighbour 54m above its baseline.
-    let cfg = headroom::policy::PolicyConfig::default();
-    let owed_from =
-        ((800.0 * cfg.pressure_start_pct / 100.0) as u64).max(headroom::contention::MIN_OWED_M);
+    let owed_from = headroom::contention::owed_threshold_m(
+        800,
+        headroom::policy::PolicyConfig::default().pressure_start_pct,
+    );
     assert!(
         after <= base + owed_from || lowest <= floor_band,
         "{n}: the neighbour's full is {after}m with svc settled at {settled}m, {base}m at its baseline (+{owed_from}m owed from), and svc was lowered no further than {lowest}m (above its 500m floor and the {floor_band}m the agent stops lowering at)"

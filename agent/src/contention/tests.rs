@@ -725,3 +725,11 @@ fn a_managed_pod_waiting_for_its_resize_is_still_managed() {
         ]
     );
 }
+
+#[test]
+fn owed_threshold_is_a_share_of_the_request_never_below_min_owed() {
+    assert_eq!(owed_threshold_m(800, 10.0), 80);
+    assert_eq!(owed_threshold_m(805, 10.0), 81, "rounded up");
+    assert_eq!(owed_threshold_m(200, 10.0), MIN_OWED_M);
+    assert_eq!(owed_threshold_m(0, 10.0), MIN_OWED_M);
+}
