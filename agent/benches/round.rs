@@ -100,6 +100,7 @@ fn bench(c: &mut Criterion) {
         let th = Thresholds {
             min_pct_of_request: cfg.pressure_start_pct,
             cpus: 64,
+            reserve_m: cfg.reserve_m,
         };
         let calm = Contention::default();
         let managed = contention::managed(&views, "n", &opted, Some(true), 0);
@@ -109,7 +110,7 @@ fn bench(c: &mut Criterion) {
                 &views,
                 s,
                 c,
-                c.demand_m,
+                headroom::reconcile::Owed::of(c),
                 &opted,
                 |_| Default::default(),
                 Some(true),

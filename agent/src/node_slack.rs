@@ -134,6 +134,12 @@ pub struct NodeUsage {
     /// Stall over the interval; `None` without PSI on kubepods in both
     /// snapshots, or when its counter went backwards.
     pub stall: Option<Stall>,
+    /// CPU everything on the machine used over the interval (the root
+    /// cgroup's `usage_usec`: pods and the node's own processes),
+    /// millicores; `None` without a root `cpu.stat` in both snapshots or
+    /// when its counter went back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_busy_m: Option<Millis>,
     pub kubepods_throttled_ratio: Option<f64>,
     /// One per pod of the current snapshot, in its order.
     pub pods: Vec<PodUsage>,
@@ -353,6 +359,20 @@ pub fn measure_with(
         pressure_some_avg10: pressure.map(|p| p.some.avg10),
         pressure_full_avg10: pressure.and_then(|p| p.full.map(|f| f.avg10)),
         stall,
+        node_busy_m: match (prev.node_usage_us, cur.node_usage_us) {
+            (Some(p), Some(c)) => rate_m(
+                &CpuStat {
+                    usage_usec: p,
+                    ..CpuStat::default()
+                },
+                &CpuStat {
+                    usage_usec: c,
+                    ..CpuStat::default()
+                },
+                dt_us,
+            ),
+            _ => None,
+        },
         kubepods_throttled_ratio: throttled_ratio(&prev.kubepods.cpu_stat, &cur.kubepods.cpu_stat),
         pods,
         vanished,
@@ -416,6 +436,7 @@ mod tests {
             kubepods,
             pods,
             unlisted_qos: vec![],
+            node_usage_us: None,
             issues: vec![],
         }
     }

@@ -177,5 +177,6 @@ pub fn pod_input(pod: &PodView, usage_m: Millis) -> PodInput<'_> {
         throttled_ratio: 0.0,
         extra_floor_m: None,
         declared: None,
+        held_at_m: None,
     }
 }

@@ -98,8 +98,10 @@ impl Scanner {
 
     /// See [`scan`].
     pub fn scan(&mut self, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, ScanError> {
+        let (node_usage_us, root_issues) = self.node_usage_us();
         let kp = self.root.join(&layout.kubepods);
         let mut r = self.reader(kp);
+        r.issues = root_issues;
         let kubepods = r.sample().map_err(ScanError::Kubepods)?;
         let top = r.subdirs().map_err(ScanError::Kubepods)?;
         let mut pods = Vec::with_capacity(top.len());
@@ -142,8 +144,22 @@ impl Scanner {
             kubepods,
             pods,
             unlisted_qos,
+            node_usage_us,
             issues,
         })
+    }
+
+    /// The root cgroup's `usage_usec` (every task of the machine), read
+    /// every tick through a kept handle, and the errors met reading it.
+    /// Absent or unreadable is `None`, never fatal: only the contention
+    /// signal's idle reading uses it, and it falls back to kubepods alone.
+    fn node_usage_us(&mut self) -> (Option<u64>, Vec<CgroupError>) {
+        let root = self.root.clone();
+        let mut r = self.reader(root);
+        let usage = r
+            .optional(file::CPU_STAT, parse::cpu_stat)
+            .map(|s| s.usage_usec);
+        (usage, r.issues)
     }
 
     /// See [`rescan`].
@@ -153,8 +169,10 @@ impl Scanner {
         at_us: u64,
         mut depth: impl FnMut(&PodCgroup, &CgroupSample) -> Depth,
     ) -> Result<NodeSnapshot, ScanError> {
+        let (node_usage_us, root_issues) = self.node_usage_us();
         let kp = self.root.join(&index.layout.kubepods);
         let mut r = self.reader(kp);
+        r.issues = root_issues;
         let kubepods = r.counters(&index.kubepods).map_err(ScanError::Kubepods)?;
         let mut pods = Vec::new();
         for p in &index.pods {
@@ -210,6 +228,7 @@ impl Scanner {
             kubepods,
             pods,
             unlisted_qos: index.unlisted_qos.clone(),
+            node_usage_us,
             issues,
         })
     }

@@ -219,6 +219,12 @@ pub struct NodeSnapshot {
     /// QoS classes whose directory could not be listed: their pods are
     /// unknown this scan, not gone.
     pub unlisted_qos: Vec<Qos>,
+    /// `usage_usec` of the root cgroup's `cpu.stat`: CPU time everything on
+    /// the machine used, the node's own processes included (kubelet,
+    /// containerd, which kubepods does not hold). `None` where the root has
+    /// no `cpu.stat` (kernels before 5.8, fixtures) or it could not be read:
+    /// then the node counts as idle by kubepods alone.
+    pub node_usage_us: Option<u64>,
     /// Every error met while reading this snapshot (vanished cgroups aside),
     /// including those also kept on a pod: for logs and counters.
     pub issues: Vec<CgroupError>,

@@ -132,6 +132,7 @@ pub(crate) fn stateless_round(
     let t = Thresholds {
         min_pct_of_request: policy.pressure_start_pct,
         cpus,
+        reserve_m: policy.reserve_m,
     };
     let wall_clock_s = headroom::policy::writers::wall_clock_s();
     let managed = contention::managed(views, node_name, opted, None, wall_clock_s);
@@ -151,7 +152,7 @@ pub(crate) fn stateless_round(
         views,
         &s,
         &c,
-        c.demand_m,
+        headroom::reconcile::Owed::of(&c),
         opted,
         |_| Default::default(),
         None,

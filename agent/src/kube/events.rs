@@ -15,6 +15,10 @@ use crate::model::{PodView, Uid};
 pub const REASON_RESIZED: &str = "HeadroomResized";
 pub const REASON_REFUSED: &str = "HeadroomResizeRefused";
 pub const REASON_DRIFT: &str = "CgroupDrift";
+/// A lowering made for a pod short of CPU was checked: it helped.
+pub const REASON_LOWERING_HELPED: &str = "HeadroomLoweringHelped";
+/// A lowering made for a pod short of CPU bought nothing and is undone.
+pub const REASON_LOWERING_UNDONE: &str = "HeadroomLoweringUndone";
 pub const REASON_DRIFT_CLEARED: &str = "CgroupDriftCleared";
 /// Headroom leaves the pod's limits to another writer (`policy::writers`).
 pub const REASON_YIELDED: &str = "HeadroomYielded";

@@ -2,8 +2,8 @@
 //! scan errors by kind, detected drifts by kind of cgroup.
 
 use super::labels::{
-    CgroupKind, Direction, DriftEventLabels, PatchErrorClass, PatchErrorLabels, ResizeLabels,
-    ResizeResult, ScanErrorKind, ScanErrorLabels,
+    CgroupKind, Direction, DriftEventLabels, LoweringEffect, LoweringLabels, PatchErrorClass,
+    PatchErrorLabels, ResizeLabels, ResizeResult, ScanErrorKind, ScanErrorLabels,
 };
 use super::registry::Metrics;
 use crate::model::Target;
@@ -33,6 +33,13 @@ impl Metrics {
     }
 
     /// A new drift was detected (count it; the gauge is [`Metrics::set_drift`]).
+    /// `headroom_lowerings_total{effect}` + 1.
+    pub fn lowering_checked(&self, effect: LoweringEffect) {
+        self.lowerings
+            .get_or_create(&LoweringLabels { effect })
+            .inc();
+    }
+
     pub fn drift_detected(&self, target: &Target) {
         let cgroup = match target {
             Target::Pod => CgroupKind::pod,

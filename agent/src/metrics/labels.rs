@@ -123,6 +123,24 @@ pub struct DriftEventLabels {
     pub cgroup: CgroupKind,
 }
 
+/// What a lowering made for a pod short of CPU bought, once checked
+/// (`crate::contention::effect`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum LoweringEffect {
+    /// The owed pod got more CPU or waited less.
+    helped,
+    /// It did not: the lowering was undone.
+    no_effect,
+    /// Never applied in `cpu.max`, or the owed pod went unread: not judged.
+    unjudged,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoweringLabels {
+    pub effect: LoweringEffect,
+}
+
 /// What went wrong reading cgroups. The first three fail a whole tick;
 /// the others are one file or directory, the tick goes on without it.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]

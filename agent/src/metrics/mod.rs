@@ -9,7 +9,7 @@ pub mod registry;
 pub mod series;
 pub mod server;
 
-pub use labels::{Direction, PatchErrorClass, ResizeResult, ScanErrorKind};
+pub use labels::{Direction, LoweringEffect, PatchErrorClass, ResizeResult, ScanErrorKind};
 pub use registry::Metrics;
 pub use series::{NodeValues, PodValues};
 pub use server::{

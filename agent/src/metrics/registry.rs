@@ -20,8 +20,8 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 use super::labels::{
-    BuildLabels, CgroupLabels, DriftEventLabels, PatchErrorLabels, PodLabels, PodStateLabels,
-    ResizeLabels, ScanErrorLabels,
+    BuildLabels, CgroupLabels, DriftEventLabels, LoweringLabels, PatchErrorLabels, PodLabels,
+    PodStateLabels, ResizeLabels, ScanErrorLabels,
 };
 
 pub(super) type GaugeF = Gauge<f64, AtomicU64>;
@@ -50,6 +50,7 @@ pub struct Metrics {
     pub resize_latency: Histogram,
     pub drift: Family<CgroupLabels, Gauge>,
     pub drift_events: Family<DriftEventLabels, Counter>,
+    pub lowerings: Family<LoweringLabels, Counter>,
     pub pods: Family<PodStateLabels, Gauge>,
     pub scan_duration: Histogram,
     pub decision_duration: Histogram,
@@ -94,6 +95,7 @@ impl Metrics {
             resize_latency: Histogram::new(exponential_buckets(0.25, 2.0, 9)),
             drift: Family::default(),
             drift_events: Family::default(),
+            lowerings: Family::default(),
             pods: Family::default(),
             // 50 µs … ~0.4 s: a scan of 500 pods takes milliseconds.
             scan_duration: Histogram::new(exponential_buckets(0.00005, 2.0, 14)),
@@ -195,6 +197,11 @@ impl Metrics {
             "cgroup_drift_events",
             "Drifts detected, by kind of cgroup",
             m.drift_events.clone(),
+        );
+        r.register(
+            "lowerings",
+            "Lowerings made for pods short of CPU, by what they bought once checked",
+            m.lowerings.clone(),
         );
         r.register(
             "pods",

@@ -73,6 +73,13 @@ impl LastPatch {
     pub fn raise_cooldown_s(&self, cfg: &PolicyConfig) -> f64 {
         raise_cooldown_s(cfg, self.flaps)
     }
+
+    /// Ends the raise cooldown as of `now_s`: the lowering it followed
+    /// was found to buy nothing (`crate::contention::effect`), so the limit
+    /// it took may come back at once. The flap count stays.
+    pub fn waive_raise_cooldown(&mut self, now_s: f64, cfg: &PolicyConfig) {
+        self.last_patch_at_s = self.last_patch_at_s.min(now_s - self.raise_cooldown_s(cfg));
+    }
 }
 
 /// What to write.
@@ -189,8 +196,8 @@ impl Cause {
             Cause::Pressure => {
                 let c = &node.contention;
                 format!(
-                    "lower {cur}m→{target}m: {} pod(s) displaced, {}m owed to them (kubepods stall {:.1}%, of which own throttling {:.1}%), slack {slack}m",
-                    c.displaced_pods, c.demand_m, c.some_pct, c.throttling_pct
+                    "lower {cur}m→{target}m: {} pod(s) displaced, {}m owed to them (short of CPU within their requests: node free {}m; kubepods stall {:.1}%, of which own throttling {:.1}%), slack {slack}m",
+                    c.displaced_pods, c.demand_m, c.free_m, c.some_pct, c.throttling_pct
                 )
             }
             // Facts of this round only: the agent may have no earlier round

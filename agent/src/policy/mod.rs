@@ -84,6 +84,11 @@ pub struct PodInput<'a> {
     /// Headroom changed them, or the owner's pod template). Ignored while
     /// the pod's limits are not Headroom's (they are the declared ones).
     pub declared: Option<&'a DeclaredLimits>,
+    /// The limit a lowering made for a pod short of CPU holds this pod to
+    /// while that pod still needs what it bought
+    /// (`crate::contention::effect`): no raise above it, whatever the
+    /// slack says, so the CPU taken is not handed back at the cooldown.
+    pub held_at_m: Option<Millis>,
 }
 
 /// What Headroom patches for a managed pod.
@@ -141,6 +146,9 @@ pub struct ManagedDecision {
     /// The managed limit the workload declares, which the default ceiling
     /// never goes below; `None` when it declares none (adoption).
     pub declared_limit_m: Option<Millis>,
+    /// The limit a lowering for a pod short of CPU holds it to
+    /// ([`PodInput::held_at_m`]), never below the floor.
+    pub held_at_m: Option<Millis>,
     /// Current managed limit; `None` when unlimited.
     pub current_limit_m: Option<Millis>,
     /// `target − request`: this pod's share of the slack.
@@ -216,6 +224,8 @@ impl Serialize for Decision {
             floor: Option<Floor>,
             ceiling_m: Option<Millis>,
             declared_limit_m: Option<Millis>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            held_at_m: Option<Millis>,
             current_limit_m: Option<Millis>,
             share_m: Millis,
             target_m: Option<Millis>,
@@ -235,6 +245,7 @@ impl Serialize for Decision {
             floor: m.map(|m| m.floor),
             ceiling_m: self.ceiling_m(),
             declared_limit_m: m.and_then(|m| m.declared_limit_m),
+            held_at_m: m.and_then(|m| m.held_at_m),
             current_limit_m: self.current_limit_m(),
             share_m: m.map_or(0, |m| m.share_m),
             target_m: self.target_m(),
@@ -373,6 +384,7 @@ pub fn decide(
                     floor,
                     ceiling_m,
                     declared_limit_m: declared_m,
+                    held_at_m: p.held_at_m.map(|h| h.max(floor.floor_m)),
                     current_limit_m: shape.current_limit_m(),
                     // Water-filled below, once every pod is known.
                     share_m: 0,
@@ -439,12 +451,19 @@ pub fn decide(
             .uid
             .cmp(&pods[managed[b].index].pod.uid)
     });
+    // A pod a lowering holds fills only up to where it is held: the CPU
+    // taken stays with the pod it was taken for.
     let items: Vec<waterfill::FillItem> = order
         .iter()
-        .map(|&k| waterfill::FillItem {
-            request_m: decisions[managed[k].index].request_m,
-            floor_m: managed[k].floor.floor_m,
-            ceiling_m: managed[k].ceiling_m,
+        .map(|&k| {
+            let held = decisions[managed[k].index]
+                .managed()
+                .and_then(|m| m.held_at_m);
+            waterfill::FillItem {
+                request_m: decisions[managed[k].index].request_m,
+                floor_m: managed[k].floor.floor_m,
+                ceiling_m: held.map_or(managed[k].ceiling_m, |h| h.min(managed[k].ceiling_m)),
+            }
         })
         .collect();
     let targets = waterfill::fill(&items, slack_m, q);

@@ -63,6 +63,9 @@ pub struct ContentionInputs {
     pub displaced_pods: usize,
     /// CPU owed to them, held across ticks: what managed pods give back.
     pub demand_m: Millis,
+    /// Idle CPU pods could have had, less what managed pods' own quotas
+    /// held back (`crate::contention::free_m`).
+    pub free_m: Millis,
 }
 
 /// Slack after what displaced pods are owed, never negative.

@@ -320,6 +320,7 @@ fn run(
             throttled_ratio: 0.0,
             extra_floor_m: None,
             declared: None,
+            held_at_m: None,
         })
         .collect();
     decide(&node(capacity_m, usage_m, owed_m), &inputs, &cfg)
@@ -692,4 +693,30 @@ fn lowering_reasons_name_this_rounds_slack_not_a_change() {
         out.patches[0].why,
         "lower 400m→250m: slack 300m over 2 managed pods gives it a share of 150m"
     );
+}
+
+#[test]
+fn a_pod_a_lowering_holds_is_not_filled_above_where_it_is_held() {
+    // An idle 4-CPU node would give it its 400m ceiling; a lowering that
+    // bought a neighbour CPU holds it at 250m, and never below its floor.
+    let p = simple("held", 100, Some(400));
+    let decide_held = |held_at_m| {
+        let inputs = [PodInput {
+            namespace_opted_in: true,
+            held_at_m,
+            ..input(&p, 0)
+        }];
+        decide(&node(4000, 0, 0), &inputs, &PolicyConfig::default()).1
+    };
+    assert_eq!(decide_held(None)[0].target_m(), Some(400));
+    let held = decide_held(Some(250));
+    assert_eq!(held[0].target_m(), Some(250));
+    assert_eq!(
+        held[0].ceiling_m(),
+        Some(400),
+        "the ceiling shown is the pod's own"
+    );
+    assert_eq!(held[0].managed().unwrap().held_at_m, Some(250));
+    let below = decide_held(Some(10));
+    assert_eq!(below[0].target_m(), below[0].floor_m());
 }

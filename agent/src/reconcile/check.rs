@@ -62,9 +62,16 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 drift_events.extend(r.drift.forget(uid));
             }
         }
+        let mut judged = Vec::new();
         for ev in outcomes {
             tracing::debug!(?ev, "resize verification");
+            let (uid, verified) = match &ev {
+                ResizeOutcome::Verified { uid, .. } => (uid, true),
+                ResizeOutcome::Unverified { uid, .. } => (uid, false),
+            };
+            judged.extend(self.scan.claims.resize_done(uid.as_str(), verified));
         }
+        self.report_checked(&obs.views, &judged, now).await;
         self.report_drift(&obs.views, drift_events, now).await;
     }
 

@@ -43,6 +43,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     }
                 }
                 Effect::PodLevelUnsupported => self.pod_level.supported = Some(false),
+                Effect::LoweringChecked(effect) => self.metrics.lowering_checked(effect),
             }
         }
     }
@@ -111,5 +112,19 @@ fn log(view: &PodView, line: &Log) {
             "yielding to another writer"
         ),
         Log::YieldEnded => tracing::info!(pod = %pod, "no longer yielding to another writer"),
+        Log::LoweringChecked {
+            owed,
+            effect,
+            from_m,
+            to_m,
+            gained_m,
+            wait_fell_m,
+            usage_before_m,
+            usage_after_m,
+        } => tracing::info!(
+            pod = %pod, %owed, effect = %effect, from_m, to_m, gained_m, wait_fell_m, usage_before_m,
+            usage_after_m = usage_after_m.map_or(-1, |m| m as i64),
+            "lowering checked"
+        ),
     }
 }

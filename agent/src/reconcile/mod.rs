@@ -26,13 +26,14 @@ use std::time::{Duration, Instant};
 use kube::runtime::events::Recorder;
 
 use crate::cgroup::{Layout, NodeSnapshot};
+use crate::contention::effect::{Judged, Lowered};
 use crate::kube::events::{self, EventApi, EventSink};
 use crate::kube::pods::{KubePods, PodApi};
 use crate::kube::watch::Caches;
 use crate::metrics::Metrics;
 use crate::model::{Millis, PodView, Uid};
 use crate::node_slack;
-use crate::policy::{PatchPlan, PolicyConfig, TokenBucket};
+use crate::policy::{Direction, PatchPlan, PolicyConfig, TokenBucket};
 
 use act::PodLevel;
 use declared::Templates;
@@ -40,7 +41,7 @@ use observe::{Observation, ScanState};
 use records::{Jitter, Records};
 
 pub use observe::{TickError, mark_roles};
-pub use round::{Known, Round, decide_round};
+pub use round::{Known, Owed, Round, decide_round};
 
 /// Settings of the `run` loop (flags of `headroom-agent run`).
 #[derive(Debug, Clone)]
@@ -167,12 +168,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         self.templates
             .learn(&self.api, &mut self.records, &obs.views, now)
             .await;
+        self.report_checked(&obs.views, &obs.judged, now).await;
         let (round, patches) = self.decide(&obs, now);
         self.announce_yields(&obs.views, &round, now).await;
         self.pod_level
             .probe(&self.api, &self.settings.policy, &obs.views, &round, now)
             .await;
         self.act(&obs.views, &patches, now).await;
+        self.open_claims(&obs, &patches, now);
         self.check(&obs, now).await;
         let Observation {
             views,
@@ -199,18 +202,20 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     fn decide(&mut self, obs: &Observation, now: Duration) -> (Round, Vec<PatchPlan>) {
         let t_decide = Instant::now();
         let opted = self.caches.opted_in_namespaces();
+        let holds = self.scan.claims.holds();
         let round = decide_round(
             &self.settings.node_name,
             &obs.views,
             &obs.slack,
             &obs.contention,
-            obs.held_demand_m,
+            obs.owed,
             &opted,
             |uid| {
                 let r = self.records.get(uid.as_str());
                 Known {
                     learned_floor_m: r.and_then(|r| r.learned_floor_m),
                     declared: r.and_then(|r| r.declared.as_ref()),
+                    held_at_m: holds.get(uid.as_str()).copied(),
                 }
             },
             self.pod_level.supported,
@@ -229,6 +234,77 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .decision_duration
             .observe(t_decide.elapsed().as_secs_f64());
         (round, plan.patches)
+    }
+
+    /// A lowering the apiserver accepted this tick while pods were owed
+    /// CPU that no lowering was made for yet is made for them: one claim
+    /// each, checked once the kubelet applied it
+    /// ([`crate::contention::effect`]). What was held for them is then
+    /// let go: the claim holds the lowered limits instead, and the
+    /// neighbour's own usage keeps the slack down from there.
+    fn open_claims(&mut self, obs: &Observation, patches: &[PatchPlan], now: Duration) {
+        if obs.owed.fresh_pods == 0 || self.settings.dry_run {
+            return;
+        }
+        let now_s = now.as_secs_f64();
+        let lowered: Vec<Lowered> = patches
+            .iter()
+            .filter(|p| p.direction == Direction::Lower)
+            .filter(|p| {
+                self.records
+                    .get(p.uid.as_str())
+                    .and_then(|r| r.last_patch.as_ref())
+                    .is_some_and(|l| {
+                        l.last_patch_at_s == now_s && l.last_direction == Direction::Lower
+                    })
+            })
+            .filter_map(|p| {
+                Some(Lowered {
+                    uid: p.uid.to_string(),
+                    from_m: p.old_total_m?,
+                    to_m: p.new_total_m,
+                })
+            })
+            .collect();
+        if lowered.is_empty() {
+            return;
+        }
+        let fresh: Vec<&crate::contention::Displaced> = obs
+            .contention
+            .owed()
+            .filter(|d| !self.scan.claims.has(&d.uid))
+            .collect();
+        self.scan.claims.open(fresh, &lowered, now);
+        self.scan.held = Default::default();
+    }
+
+    /// Carries out the verdicts on lowerings checked this tick: counted
+    /// once each, logged and announced on every pod they lowered.
+    async fn report_checked(&mut self, views: &[PodView], judged: &[Judged], now: Duration) {
+        for j in judged {
+            let owed = views
+                .iter()
+                .find(|v| v.uid.as_str() == j.owed_uid)
+                .map_or_else(|| j.owed_uid.clone(), PodView::key);
+            for (i, l) in j.lowered.iter().enumerate() {
+                let effects = outcome::on_lowering_checked(
+                    &mut self.records,
+                    j,
+                    l,
+                    &owed,
+                    i == 0,
+                    now,
+                    &self.settings.policy,
+                );
+                match views.iter().find(|v| v.uid.as_str() == l.uid) {
+                    Some(v) => self.apply(v, effects, now).await,
+                    None if i == 0 => self
+                        .metrics
+                        .lowering_checked(outcome::lowering_label(j.effect)),
+                    None => {}
+                }
+            }
+        }
     }
 
     /// One Event and log line for each pod that begins to yield to another

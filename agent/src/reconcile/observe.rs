@@ -9,12 +9,15 @@ use std::time::{Duration, Instant};
 use super::Agent;
 use crate::cgroup::read::Handles;
 use crate::cgroup::{self, Depth, NodeSnapshot, PodCgroup, ScanError, Scanner};
+use crate::contention::effect::{self, Claims, Judged};
 use crate::contention::{self, Contention, Gate, HeldDemand};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
-use crate::model::{Millis, PodView, Qos, Uid};
+use crate::model::{PodView, Qos, Uid};
 use crate::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
+
+use super::round::Owed;
 
 /// Minimum time between full scans triggered by a pod whose cgroup is not
 /// known yet (a Running pod without a cgroup must not force one every tick).
@@ -51,8 +54,11 @@ type ScanTask = tokio::task::JoinHandle<Result<NodeSnapshot, ScanError>>;
 pub(super) struct ScanState {
     /// Last tick's snapshot: rates are measured against it.
     pub prev: Option<NodeSnapshot>,
-    /// CPU owed to displaced pods within their requests, held across ticks.
-    held: HeldDemand,
+    /// CPU owed to pods short of it within their requests that no lowering
+    /// was made for yet, held across ticks.
+    pub held: HeldDemand,
+    /// The lowerings made for pods short of CPU, each checked once applied.
+    pub claims: Claims,
     /// The last interval's attribution: a marginal wait counts only when it
     /// shows twice in a row (`contention::attribute`).
     earlier: Contention,
@@ -83,6 +89,7 @@ impl ScanState {
         Self {
             prev: None,
             held: HeldDemand::default(),
+            claims: Claims::default(),
             earlier: Contention::default(),
             index: None,
             index_uids: HashSet::new(),
@@ -140,8 +147,11 @@ pub(super) struct Observation {
     pub slack: NodeUsage,
     /// Who waited for CPU this interval.
     pub contention: Contention,
-    /// What managed pods give back for it, held across ticks.
-    pub held_demand_m: Millis,
+    /// What managed pods give back for it, held across ticks, and for how
+    /// many pods no lowering was made yet.
+    pub owed: Owed,
+    /// Lowerings whose effect was judged this interval.
+    pub judged: Vec<Judged>,
     /// Whether `cur` is a full scan (every pod, every file).
     pub full: bool,
 }
@@ -163,7 +173,15 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             self.pod_level.supported,
             crate::policy::writers::wall_clock_s(),
         );
-        let mut snap = match self.read_tree(full, now.as_micros() as u64, &managed).await {
+        // Pods a lowering was made for are read every tick, like managed
+        // pods, while it is checked and held: their usage is its effect.
+        let claimed: Vec<String> = self.scan.claims.watched().map(str::to_owned).collect();
+        let mut every_tick = managed.clone();
+        every_tick.extend(claimed.iter().map(String::as_str));
+        let mut snap = match self
+            .read_tree(full, now.as_micros() as u64, &every_tick)
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 self.scan.last_tick_ok = false;
@@ -223,11 +241,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 "pod displaced"
             );
         }
+        drop(every_tick);
         drop(managed);
         self.scan.earlier = contention.clone();
         drop(prev);
-        let held_demand_m = self.scan.held.update(
-            contention.demand_m,
+        let judged = self.step_claims(now, &views, &slack, &contention);
+        let (fresh_m, fresh_pods) = self.scan.claims.fresh(&contention);
+        let demand_m = self.scan.held.update(
+            fresh_m,
             slack.interval_us,
             self.settings.policy.contention_window_s,
         );
@@ -236,9 +257,44 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             cur: snap,
             slack,
             contention,
-            held_demand_m,
+            owed: Owed {
+                demand_m,
+                fresh_pods,
+            },
+            judged,
             full,
         })
+    }
+
+    /// One interval of every open lowering claim ([`effect`]): the owed
+    /// pod's usage and wait this interval (its wait 0 when it was not
+    /// displaced past the least recorded); the verdicts due.
+    fn step_claims(
+        &mut self,
+        now: Duration,
+        views: &[PodView],
+        slack: &NodeUsage,
+        contention: &Contention,
+    ) -> Vec<Judged> {
+        let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
+        let quiet = Duration::from_secs_f64(self.settings.policy.contention_window_s.max(1.0));
+        self.scan.claims.step(
+            now,
+            |uid| {
+                let usage_m = slack.pods.iter().find(|p| p.uid == uid)?.usage_m?;
+                let displaced_m = contention
+                    .displaced
+                    .iter()
+                    .find(|d| d.uid == uid)
+                    .map_or(0, |d| d.displaced_m);
+                Some(effect::Sample {
+                    usage_m,
+                    displaced_m,
+                })
+            },
+            |uid| !live.contains(uid),
+            quiet,
+        )
     }
 
     /// Runs the scan on the blocking pool: a read that blocks (a hung
@@ -373,6 +429,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let t = contention::Thresholds {
             min_pct_of_request: self.settings.policy.pressure_start_pct,
             cpus: self.online_cpus,
+            reserve_m: self.settings.policy.reserve_m,
         };
         contention::attribute(
             prev,

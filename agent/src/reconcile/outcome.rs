@@ -5,12 +5,14 @@
 
 use std::time::Duration;
 
+use crate::contention::effect::{Effect as Bought, Judged, Lowered};
 use crate::kube::classify::{Outcome, Refusal};
 use crate::kube::events::{
-    EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_REFUSED, REASON_RESIZED, REASON_YIELDED,
+    EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_LOWERING_HELPED, REASON_LOWERING_UNDONE,
+    REASON_REFUSED, REASON_RESIZED, REASON_YIELDED,
 };
 use crate::kube::resize::ResizeAnswer;
-use crate::metrics::{PatchErrorClass, ResizeResult};
+use crate::metrics::{LoweringEffect, PatchErrorClass, ResizeResult};
 use crate::model::{Millis, PodView, Uid};
 use crate::policy::{Decision, Direction, LastPatch, PatchPlan, PolicyConfig, Yielded};
 use crate::verify::{DriftEvent, Mismatch, ResizeOutcome, Target};
@@ -53,6 +55,8 @@ pub enum Effect {
     /// This node cannot resize pods with pod-level resources: they all
     /// become unmanaged.
     PodLevelUnsupported,
+    /// `headroom_lowerings_total{effect}` + 1.
+    LoweringChecked(LoweringEffect),
 }
 
 /// A log line about the pod, one variant per message.
@@ -109,6 +113,94 @@ pub enum Log {
     /// gone: Headroom manages the pod's limits again (or it left for
     /// another reason).
     YieldEnded,
+    /// What a lowering of this pod bought the pod it was made for.
+    LoweringChecked {
+        /// `namespace/name` of the owed pod (its uid if it is not known).
+        owed: String,
+        effect: &'static str,
+        from_m: Millis,
+        to_m: Millis,
+        gained_m: i64,
+        wait_fell_m: i64,
+        usage_before_m: Millis,
+        usage_after_m: Option<Millis>,
+    },
+}
+
+/// The counter's label of a checked lowering.
+pub fn lowering_label(e: Bought) -> LoweringEffect {
+    match e {
+        Bought::Helped => LoweringEffect::helped,
+        Bought::NoEffect => LoweringEffect::no_effect,
+        Bought::Unjudged => LoweringEffect::unjudged,
+    }
+}
+
+/// What a checked lowering means for one pod it lowered (`lowered`): the
+/// counter (once per claim: `first`), a log line, an Event, and when it
+/// bought nothing its undoing — the raise cooldown waived, so the limit
+/// the lowering took comes back at the next round rather than 15 s or more
+/// later (the cooldown guards a raise against a neighbour that needs the
+/// CPU; this one was shown not to).
+pub fn on_lowering_checked(
+    records: &mut Records,
+    j: &Judged,
+    lowered: &Lowered,
+    owed: &str,
+    first: bool,
+    now: Duration,
+    cfg: &PolicyConfig,
+) -> Vec<Effect> {
+    let effect = lowering_label(j.effect);
+    let mut out = Vec::new();
+    if first {
+        out.push(Effect::LoweringChecked(effect));
+    }
+    out.push(Effect::Log(Log::LoweringChecked {
+        owed: owed.to_string(),
+        effect: j.effect.as_str(),
+        from_m: lowered.from_m,
+        to_m: lowered.to_m,
+        gained_m: j.gained_m(),
+        wait_fell_m: j.wait_fell_m(),
+        usage_before_m: j.before.usage_m,
+        usage_after_m: j.after.map(|a| a.usage_m),
+    }));
+    let figures = format!(
+        "{owed} used {}m and waited {}m before; {}m and {}m after",
+        j.before.usage_m,
+        j.before.displaced_m,
+        j.after.map_or(0, |a| a.usage_m),
+        j.after.map_or(0, |a| a.displaced_m),
+    );
+    match j.effect {
+        Bought::Helped => out.push(Effect::Event {
+            type_: EventType::Normal,
+            reason: REASON_LOWERING_HELPED,
+            note: format!(
+                "lowering {}m→{}m for {owed} (short of CPU within its request) helped: {figures}; held while it runs",
+                lowered.from_m, lowered.to_m
+            ),
+        }),
+        Bought::NoEffect => {
+            if let Some(last) = records
+                .get_mut(&lowered.uid)
+                .and_then(|r| r.last_patch.as_mut())
+            {
+                last.waive_raise_cooldown(now.as_secs_f64(), cfg);
+            }
+            out.push(Effect::Event {
+                type_: EventType::Normal,
+                reason: REASON_LOWERING_UNDONE,
+                note: format!(
+                    "lowering {}m→{}m for {owed} bought nothing: {figures}; undone, not repeated while its demand lasts",
+                    lowered.from_m, lowered.to_m
+                ),
+            });
+        }
+        Bought::Unjudged => {}
+    }
+    out
 }
 
 /// A CPU limit as a Kubernetes quantity in millicores (`300m`), or

@@ -18,6 +18,29 @@ pub struct Known<'a> {
     pub learned_floor_m: Option<Millis>,
     /// Limits the workload declares.
     pub declared: Option<&'a DeclaredLimits>,
+    /// The limit a lowering for a pod short of CPU holds it to.
+    pub held_at_m: Option<Millis>,
+}
+
+/// What the round takes back for pods short of CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Owed {
+    /// Held across ticks ([`crate::contention::HeldDemand`]).
+    pub demand_m: Millis,
+    /// Pods owed this interval that no lowering was made for yet: while
+    /// there are some, the managed pods come down from their burst.
+    pub fresh_pods: usize,
+}
+
+impl Owed {
+    /// One interval's attribution as it stands (no claims, nothing held):
+    /// what `plan` and `explain` show.
+    pub fn of(c: &Contention) -> Owed {
+        Owed {
+            demand_m: c.demand_m,
+            fresh_pods: c.owed().count(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -27,16 +50,18 @@ pub struct Round {
 }
 
 /// Runs the policy over this node's pods with the measured slack;
-/// `contention` says who waited this interval, `owed_m` what displaced pods
-/// are owed as the caller holds it ([`crate::contention::HeldDemand`]);
-/// `known` what the caller remembers of each pod.
+/// `contention` says who waited this interval, `owed` what pods short of
+/// CPU are owed as the caller holds it ([`crate::contention::HeldDemand`])
+/// and how many of them no lowering was made for yet
+/// ([`crate::contention::effect::Claims::fresh`]); `known` what the caller
+/// remembers of each pod.
 #[allow(clippy::too_many_arguments)]
 pub fn decide_round<'a>(
     node_name: &str,
     views: &[PodView],
     slack: &NodeUsage,
     contention: &Contention,
-    owed_m: Millis,
+    owed: Owed,
     opted_in_namespaces: &HashSet<String>,
     known: impl Fn(&Uid) -> Known<'a>,
     pod_level_supported: Option<bool>,
@@ -65,6 +90,7 @@ pub fn decide_round<'a>(
                 throttled_ratio,
                 extra_floor_m: known.learned_floor_m,
                 declared: known.declared,
+                held_at_m: known.held_at_m,
             }
         })
         .collect();
@@ -75,8 +101,9 @@ pub fn decide_round<'a>(
         contention: policy::slack_formula::ContentionInputs {
             some_pct: contention.some_pct,
             throttling_pct: contention.throttling_pct,
-            displaced_pods: contention.owed().count(),
-            demand_m: owed_m,
+            displaced_pods: owed.fresh_pods,
+            demand_m: owed.demand_m,
+            free_m: contention.free_m,
         },
         pod_level_resize_supported: pod_level_supported,
         wall_clock_s,

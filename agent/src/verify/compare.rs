@@ -456,6 +456,7 @@ pub(crate) mod tests {
             kubepods: sample(max(None)),
             pods: vec![readable.clone(), locked],
             unlisted_qos: vec![Qos::Burstable],
+            node_usage_us: None,
             issues: vec![],
         };
         let a = audit_snapshot(&pods, &snap);

@@ -86,6 +86,7 @@ pub(in crate::policy) fn node(
             throttling_pct: 0.0,
             displaced_pods: usize::from(owed_m > 0),
             demand_m: owed_m,
+            free_m: 0,
         },
         pod_level_resize_supported: Some(true),
         wall_clock_s: crate::policy::eligibility::TEST_WALL_CLOCK_S,
