@@ -177,11 +177,24 @@ fn slack_with_pods_names_pods_and_marks_pause_containers() {
 
 /// `plan --json` on fixture `name` (its two samples 10 s apart).
 fn plan_json(name: &str) -> serde_json::Value {
+    serde_json::from_slice(&plan_out(name, true)).unwrap()
+}
+
+fn plan_text(name: &str) -> String {
+    String::from_utf8(plan_out(name, false)).unwrap()
+}
+
+fn plan_out(name: &str, json: bool) -> Vec<u8> {
     let f = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../cgroup-fixtures")
         .join(name);
+    let mut args = vec!["plan"];
+    if json {
+        args.push("--json");
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_headroom-agent"))
-        .args(["plan", "--json", "--interval", "10s", "--cgroup-root"])
+        .args(args)
+        .args(["--interval", "10s", "--cgroup-root"])
         .arg(f.join("root"))
         .arg("--later")
         .arg(f.join("later"))
@@ -196,7 +209,7 @@ fn plan_json(name: &str) -> serde_json::Value {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
 }
 
 fn decision_of<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
@@ -227,4 +240,9 @@ fn plan_lowers_for_a_neighbour_displaced_within_its_request_by_what_it_waited_fo
     assert_eq!(t["decision"], "lower", "{t}");
     let why = t["why"].as_str().unwrap();
     assert!(why.contains("1 pod(s) displaced, 300m owed"), "{why}");
+    let text = plan_text("displaced");
+    assert!(
+        text.contains("waited for 300m (usage 500m, request 800m; node free 0m): short of CPU within its request: owed 300m"),
+        "{text}"
+    );
 }

@@ -272,6 +272,30 @@ impl Report<'_> {
         self.qos.get(&d.uid).copied().unwrap_or("-")
     }
 
+    /// One pod that waited for CPU others held, and whether that is owed.
+    fn waited(&self, w: &headroom::contention::Displaced, free_m: u64) -> String {
+        let key = self
+            .round
+            .decisions
+            .iter()
+            .find(|d| d.uid.as_str() == w.uid)
+            .map_or_else(|| w.uid.clone(), |d| format!("{}/{}", d.namespace, d.name));
+        let what = format!(
+            "waited: {key} waited for {}m (usage {}m, request {}m; node free {free_m}m)",
+            w.displaced_m, w.usage_m, w.request_m
+        );
+        let verdict = if w.deficit_m > 0 {
+            format!("short of CPU within its request: owed {}m", w.deficit_m)
+        } else if !w.within_request {
+            "above its request: owed nothing (CFS shares the surplus by weight)".to_string()
+        } else if !w.short {
+            "free CPU beside it: wake-up latency, owed nothing".to_string()
+        } else {
+            "under its threshold, or no managed pod bursts: owed nothing".to_string()
+        };
+        format!("{what}: {verdict}")
+    }
+
     fn text(&self) -> String {
         let s = self.slack;
         let n = &self.round.node;
@@ -298,6 +322,9 @@ impl Report<'_> {
             n.contention.displaced_pods,
             n.contention.demand_m,
         );
+        for w in &self.round.waited {
+            let _ = writeln!(o, "  {}", self.waited(w, n.contention.free_m));
+        }
         let mut decisions: Vec<&Decision> = self.round.decisions.iter().collect();
         decisions.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         let keys: Vec<String> = decisions

@@ -149,11 +149,20 @@ impl Claims {
         self.by_owed.keys().map(String::as_str)
     }
 
-    /// What is owed this interval to pods no claim is open for (the only
-    /// demand a new lowering may be made for), and how many they are.
+    /// Whether a new lowering may be made for this pod: no claim for it,
+    /// or one that helped (the pod may still be short after a first step;
+    /// a lowering that helped is a reason to go on, not to stop).
+    pub fn may_lower_for(&self, owed_uid: &str) -> bool {
+        self.by_owed
+            .get(owed_uid)
+            .is_none_or(|c| matches!(c.stage, Stage::Helped { .. }))
+    }
+
+    /// What is owed this interval to pods a new lowering may be made for
+    /// ([`Self::may_lower_for`]), and how many they are.
     pub fn fresh(&self, c: &Contention) -> (Millis, usize) {
         c.owed()
-            .filter(|d| !self.has(&d.uid))
+            .filter(|d| self.may_lower_for(&d.uid))
             .fold((0, 0), |(m, n), d| (m + d.deficit_m, n + 1))
     }
 
@@ -173,10 +182,11 @@ impl Claims {
         out
     }
 
-    /// Opens a claim for each pod owed this interval that no claim is open
-    /// for, when this interval's patches lowered managed pods (`lowered`,
-    /// accepted by the apiserver). Each such pod is what the lowering was
-    /// for.
+    /// Opens a claim for each pod owed this interval that a lowering may be
+    /// made for ([`Self::may_lower_for`]), when this interval's patches
+    /// lowered managed pods (`lowered`, accepted by the apiserver). Each
+    /// such pod is what the lowering was for; a claim that helped is
+    /// replaced by the new one (which holds the pods lower still).
     pub fn open<'a>(
         &mut self,
         owed: impl IntoIterator<Item = &'a Displaced>,
@@ -187,7 +197,7 @@ impl Claims {
             return;
         }
         for d in owed {
-            if d.deficit_m == 0 || self.has(&d.uid) {
+            if d.deficit_m == 0 || !self.may_lower_for(&d.uid) {
                 continue;
             }
             self.by_owed.insert(

@@ -269,12 +269,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         if lowered.is_empty() {
             return;
         }
-        let fresh: Vec<&crate::contention::Displaced> = obs
-            .contention
-            .owed()
-            .filter(|d| !self.scan.claims.has(&d.uid))
-            .collect();
-        self.scan.claims.open(fresh, &lowered, now);
+        self.scan.claims.open(obs.contention.owed(), &lowered, now);
         self.scan.held = Default::default();
     }
 

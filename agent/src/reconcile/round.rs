@@ -47,6 +47,11 @@ impl Owed {
 pub struct Round {
     pub node: NodeDecision,
     pub decisions: Vec<Decision>,
+    /// The pods that waited for CPU others held this interval, owed or not
+    /// (whether each was within its request and short of CPU), largest
+    /// first: what `plan` and `explain` say a lowering was for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub waited: Vec<crate::contention::Displaced>,
 }
 
 /// Runs the policy over this node's pods with the measured slack;
@@ -109,5 +114,9 @@ pub fn decide_round<'a>(
         wall_clock_s,
     };
     let (node, decisions) = policy::decide(&node, &inputs, cfg);
-    Round { node, decisions }
+    Round {
+        node,
+        decisions,
+        waited: contention.displaced.clone(),
+    }
 }

@@ -111,8 +111,22 @@ fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
     c.step(s(30), |_| sample(100, 0), |_| false, QUIET);
     c.step(s(31), |_| sample(650, 0), |_| false, QUIET);
     assert!(c.has("steady"));
+    // Still short after the first step: owed again, a second lowering
+    // replaces the claim and holds lower.
+    let contention = Contention {
+        displaced: vec![owed("steady", 650, 150, 150)],
+        ..Contention::default()
+    };
+    assert_eq!(c.fresh(&contention), (150, 1));
+    c.open([&owed("steady", 650, 150, 150)], &svc(1650, 1500), s(31));
+    assert_eq!(c.holds().get("svc"), Some(&1500));
+    assert_eq!(c.fresh(&contention), (0, 0), "not before this one is known");
+    c.resize_done("svc", true);
+    c.step(s(32), |_| sample(800, 0), |_| false, QUIET);
+    let j = c.step(s(33), |_| sample(800, 0), |_| false, QUIET);
+    assert_eq!((j[0].effect, j[0].before.usage_m), (Effect::Helped, 650));
     // ...three in a row end its demand, and the hold.
-    for t in 32..35 {
+    for t in 34..37 {
         c.step(s(t), |_| sample(100, 0), |_| false, QUIET);
     }
     assert!(!c.has("steady"));
