@@ -11,6 +11,11 @@ cpu.pressure full through one run of the static, Headroom, cpu.max.burst
 and --floor declared configurations) and DIR/throttling.png (throttled
 ratio, the neighbours' p99 and the within-request neighbour's full stall per
 configuration).
+
+A matrix run (runs.csv has a scenario column) gets the three charts per
+scenario: `mixed`'s keep the names above (docs/benefit.md shows them), the
+others' are prefixed with the scenario, e.g. DIR/short-latency.png; the
+`pair` timeline shows the second service's limit and usage too.
 """
 import csv
 import os
@@ -60,7 +65,7 @@ def spread(vals):
     return m, m - min(vals), max(vals) - m
 
 
-def latency_chart(d, rs):
+def latency_chart(d, rs, prefix="", title=""):
     keys = [("svc_p50_ms", "p50"), ("svc_p99_ms", "p99"), ("svc_p999_ms", "p99.9")]
     cfgs = configs_of(rs)
     fig, ax = plt.subplots(figsize=(9, 4.5))
@@ -76,14 +81,14 @@ def latency_chart(d, rs):
     ax.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, ha="right", fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("service latency, ms (log)")
-    ax.set_title("Service latency under the bursty schedule (median of runs; bars: min–max)")
+    ax.set_title("Service latency under the bursty schedule (median of runs; bars: min–max)" + title)
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(os.path.join(d, "latency.png"), dpi=110)
+    fig.savefig(os.path.join(d, prefix + "latency.png"), dpi=110)
 
 
-def throttling_chart(d, rs):
+def throttling_chart(d, rs, prefix="", title=""):
     cfgs = configs_of(rs)
     fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(14, 4))
     thr = by_config(rs, "throttled_ratio")
@@ -93,7 +98,7 @@ def throttling_chart(d, rs):
         a1.annotate(f"{m:.1f} %", (x, m), ha="center", va="bottom", fontsize=8)
     a1.set_xticks(range(len(cfgs)), [label(c) for c in cfgs], rotation=20, ha="right", fontsize=8)
     a1.set_ylabel("throttled periods, % (container cpu.stat)")
-    a1.set_title("Service throttled ratio")
+    a1.set_title("Service throttled ratio" + title)
     w = 0.38
     for i, (k, name) in enumerate([("within_p99_ms", "within-request neighbour (run)"),
                                    ("batch_demand_p99_ms", "unmanaged neighbour (its demand)")]):
@@ -114,7 +119,7 @@ def throttling_chart(d, rs):
     a3.set_title("Within-request neighbour's full stall")
     a3.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(d, "throttling.png"), dpi=110)
+    fig.savefig(os.path.join(d, prefix + "throttling.png"), dpi=110)
 
 
 def timeline(d, run_id):
@@ -125,17 +130,18 @@ def timeline(d, run_id):
         return list(csv.DictReader(f))
 
 
-def timeline_chart(d, meta):
+def timeline_chart(d, meta, prefix="", run_prefix="", title=""):
     burn_ms = meta.get("burn_us", 10000) / 1000.0
     cpus = meta.get("node", {}).get("cpus", 2)
-    shown = [c for c in ["a-static", "c-headroom", "d-burst", "f-declared"] if timeline(d, f"{c}-r0")]
+    shown = [c for c in ["a-static", "c-headroom", "d-burst", "f-declared"]
+             if timeline(d, f"{run_prefix}{c}-r0")]
     if not shown:
         return
     fig, axes = plt.subplots(len(shown), 1, figsize=(10, 3.2 * len(shown)), sharex=True)
     if len(shown) == 1:
         axes = [axes]
     for ax, c in zip(axes, shown):
-        t = timeline(d, f"{c}-r0")
+        t = timeline(d, f"{run_prefix}{c}-r0")
         x = [num(r["t_s"]) for r in t]
         demand = [num(r["svc_rate"]) * burn_ms for r in t]
         limit = [num(r["limit_m"]) if r["limit_m"] != "max" else cpus * 1000 for r in t]
@@ -147,9 +153,15 @@ def timeline_chart(d, meta):
                 label="unmanaged neighbour usage")
         ax.plot(x, [num(r["within_m"]) for r in t], color="tab:purple", lw=1,
                 label="within-request neighbour usage")
+        if any(r.get("svc2_limit_m") for r in t):
+            ax.step(x, [num(r["svc2_limit_m"]) if r["svc2_limit_m"] != "max" else cpus * 1000
+                        for r in t], where="pre", color="grey", lw=1.2, ls="--",
+                    label="second service limit")
+            ax.plot(x, [num(r.get("svc2_usage_m")) for r in t], color="tab:cyan", lw=1,
+                    label="second service usage")
         ax.set_ylabel("millicores")
         ax.set_ylim(0, cpus * 1000 * 1.05)
-        ax.set_title(label(c) + " (repetition 1)", fontsize=9)
+        ax.set_title(label(c) + " (repetition 1)" + title, fontsize=9)
         ax2 = ax.twinx()
         ax2.plot(x, [num(r["throttled_pct"]) for r in t], color="tab:red", lw=0.8, alpha=0.8,
                  label="throttled periods %")
@@ -163,7 +175,7 @@ def timeline_chart(d, meta):
             ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left", ncol=2)
     axes[-1].set_xlabel("seconds from the schedule's start")
     fig.tight_layout()
-    fig.savefig(os.path.join(d, "timeline.png"), dpi=110)
+    fig.savefig(os.path.join(d, prefix + "timeline.png"), dpi=110)
 
 
 def main():
@@ -172,10 +184,21 @@ def main():
     if not rs:
         sys.exit(f"{d}/runs.csv has no runs")
     meta = load_meta(d)
-    latency_chart(d, rs)
-    throttling_chart(d, rs)
-    timeline_chart(d, meta)
-    print(f"charts in {d}: latency.png throttling.png timeline.png")
+    scenarios = sorted({r.get("scenario", "").strip('"') for r in rs} - {""})
+    if not scenarios:
+        latency_chart(d, rs)
+        throttling_chart(d, rs)
+        timeline_chart(d, meta)
+        print(f"charts in {d}: latency.png throttling.png timeline.png")
+        return
+    for sc in scenarios:
+        sub = [r for r in rs if r.get("scenario", "").strip('"') == sc]
+        prefix = "" if sc == "mixed" else f"{sc}-"
+        title = f" — scenario {sc}"
+        latency_chart(d, sub, prefix, title)
+        throttling_chart(d, sub, prefix, title)
+        timeline_chart(d, meta, prefix, f"{sc}-", title)
+        print(f"charts of {sc} in {d}: {prefix}latency.png {prefix}throttling.png {prefix}timeline.png")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,14 @@ Reads DIR/runs.csv, DIR/summary.json and DIR/meta.json
 - DIR/headline.md, the README's headline, from summary.json alone: the main
   configurations' medians and their change against (a).
 
+A matrix run (summary.json `"format": 2`: scenarios x configurations, issue
+38) gets, per scenario, its table and its goals per party, each met or not
+with its median and 95 % bootstrap interval as the bench judged them
+(benefit::summary::goals); its headline says per scenario how many goals
+are met of how many. A run before the matrix (one scenario) keeps its
+layout. A run meta.json marks `failed` (it measured nothing) gets no table:
+the script exits with the reason.
+
 agent/tests/readme_benefit.rs checks both are where they belong. Standard
 library only, so it runs before (and without) the plotting environment.
 
@@ -339,10 +347,233 @@ def headline(summary, meta):
     return out
 
 
+# --- The matrix (summary.json format 2) ---------------------------------
+
+# (header, runs.csv column, formatter, shown when): None always, a party
+# name when the scenario has it (meta.json's parties), "agent" for
+# configurations with the agent only.
+MATRIX_COLUMNS = [
+    ("p50 ms", "svc_p50_ms", "ms", None),
+    ("p99 ms", "svc_p99_ms", "ms", None),
+    ("p99.9 ms", "svc_p999_ms", "ms", None),
+    ("second service p99 ms", "svc2_p99_ms", "ms", "svc2"),
+    ("throttled", "throttled_ratio", "pct1", None),
+    ("within p99 ms", "within_p99_ms", "ms", "within"),
+    ("within CPU m (contended)", "within_contended_usage_m", "int", "within"),
+    ("within full", "within_full_pct", "pp", "within"),
+    ("unmanaged p99 ms", "batch_demand_p99_ms", "ms", "batch"),
+    ("node CPU", "node_util", "pct0", None),
+    ("limit changes", "limit_changes", "int", None),
+    ("patches per burst (max)", "max_patches_per_burst", "int", "agent"),
+    ("lowerings", "svc_lowerings", "int", "agent"),
+    ("false lowerings", "false_lowerings", "int", "agent"),
+    ("lowerings that helped", "lowerings_helped", "int", "agent"),
+    ("lowerings that bought nothing", "lowerings_no_effect", "int", "agent"),
+    ("burst → raise s", "raise1_s", "s", "agent"),
+    ("demand → lowering s", "lower_s", "s", "batch+agent"),
+]
+
+# Short names of the goals (party, id), for the headline.
+GOAL_SHORT = {
+    ("svc", "p99_vs_static"): "service p99 ≤ (a)",
+    ("svc", "p99_vs_nolimit"): "service p99 ≤ 2× (b)",
+    ("svc2", "p99_vs_static"): "second service p99 ≤ (a)",
+    ("svc2", "p99_vs_nolimit"): "second service p99 ≤ 2× (b)",
+    ("within", "p99_vs_static"): "within-request p99 ≤ +10 %",
+    ("within", "usage_vs_static"): "within-request CPU ≥ (a)",
+    ("batch", "p99_vs_nolimit"): "unmanaged p99 ≤ (b)",
+    ("agent", "no_effect_lowerings"): "0 lowerings that bought nothing",
+    ("agent", "patches_per_burst"): "≤ 3 patches per burst",
+    ("agent", "false_lowerings"): "0 false lowerings",
+    ("svc", "dry_run_like_static"): "--dry-run like (a)",
+}
+
+RULE_TEXT = (
+    "A goal on a ratio is **met** when the median of the repetitions (the ratio of the "
+    "medians) is on the goal's side of its threshold; its 95 % bootstrap interval is "
+    "shown, with a note where it crosses the threshold. A goal on a count (lowerings "
+    "that bought nothing, patches per burst, false lowerings) is met when no run "
+    "exceeds it. Managed services: p99 at most (a)'s and, except in `short`, at most "
+    "2× (b)'s; the within-request neighbour: p99 at most 1.1× (a)'s, and the CPU it got "
+    "in its contended phase(s) at least 0.97× (a)'s (3 % for sampling noise); the "
+    "unmanaged batch neighbour: p99 while it needs CPU at most (b)'s."
+)
+
+
+def failed(meta):
+    """Why the bench stopped without a result, or None."""
+    return meta.get("failed") or None
+
+
+def is_matrix(summary):
+    return isinstance(summary, dict) and summary.get("format") == 2
+
+
+def scenario_order(summary, meta):
+    names = [n for n in meta.get("scenario_names", []) if n in summary["scenarios"]]
+    return names + sorted(set(summary["scenarios"]) - set(names))
+
+
+def agent_configs(rows, meta):
+    """Configurations whose runs had the agent (runs.csv's agent column;
+    the built-in and tuned names for older rows)."""
+    out = {r["config"] for r in rows if r.get("agent") not in (None, "", "none")}
+    return out or (AGENT | set(tuned(meta)))
+
+
+def shown(when, parties, is_agent):
+    if when is None:
+        return True
+    if when == "agent":
+        return is_agent
+    if when == "batch+agent":
+        return is_agent and parties.get("batch", False)
+    return parties.get(when, False)
+
+
+def goal_rule(g):
+    t = g.get("threshold")
+    rule = g.get("rule")
+    if rule == "median_at_most":
+        return f"median at most {t:g}×"
+    if rule == "median_at_least":
+        return f"median at least {t:g}×"
+    if rule == "every_run_at_most":
+        return f"no run above {t:g}"
+    if rule == "like_static":
+        return f"within ±{t * 100:g} % of (a), or its p99 interval holds (a)'s median"
+    return rule or "?"
+
+
+def goal_value(g):
+    v = g.get("value")
+    if not isinstance(v, dict) or number(v.get("point")) is None:
+        return "n/a"
+    p, lo, hi = (number(v.get(k)) for k in ("point", "lo", "hi"))
+    if g.get("rule") == "every_run_at_most":
+        worst = number(g.get("worst"))
+        return f"median {p:g} [{lo:g}–{hi:g}], worst run {worst:g}"
+    return f"{p:.2f}× [{lo:.2f}–{hi:.2f}×]"
+
+
+def goal_verdict(g):
+    met = g.get("met")
+    if met is None:
+        return "**not assessed** (no figure)"
+    word = "**met**" if met else "**not met**"
+    if g.get("crosses") and g.get("rule") != "every_run_at_most":
+        word += " (its interval crosses the goal)"
+    return word
+
+
+def goal_lines(goals):
+    """One line per goal (party, id), each configuration's figure and verdict."""
+    order, by = [], {}
+    for g in goals:
+        k = (g.get("party"), g.get("id"))
+        if k not in by:
+            order.append(k)
+            by[k] = []
+        by[k].append(g)
+    out = []
+    for k in order:
+        gs = by[k]
+        parts = [f"{short(g['config'])} {goal_value(g)}: {goal_verdict(g)}" for g in gs]
+        out.append(f"- **{gs[0].get('text', k[1])}** ({goal_rule(gs[0])}): " + "; ".join(parts) + ".")
+    return out
+
+
+def met_counts(summary, name):
+    m = summary.get("goals_met", {}).get(name, {})
+    return int(m.get("met", 0)), int(m.get("of", 0)), int(m.get("not_assessed", 0))
+
+
+def matrix_table(rows, summary, meta):
+    agent = agent_configs(rows, meta)
+    out = []
+    warn = warning(meta)
+    if warn:
+        out += [warn, ""]
+    out.append(RULE_TEXT)
+    for name in scenario_order(summary, meta):
+        sc_meta = meta.get("scenarios", {}).get(name, {})
+        parties = summary.get("parties", {}).get(name) or sc_meta.get("parties", {})
+        runs = [r for r in rows if r.get("scenario") == name]
+        configs = [c for c in LABELS if any(r["config"] == c for r in runs)]
+        configs += sorted({r["config"] for r in runs} - set(configs))
+        cols = [c for c in MATRIX_COLUMNS if any(shown(c[3], parties, k in agent) for k in configs)]
+        about = sc_meta.get("about")
+        out.append("")
+        out.append(f"**Scenario `{name}`**" + (f": {about}." if about else "."))
+        out.append("")
+        out.append("| config | " + " | ".join(h for h, _, _, _ in cols) + " |")
+        out.append("|---" * (len(cols) + 1) + "|")
+        for c in configs:
+            rs = [r for r in runs if r["config"] == c]
+            cells = [
+                cell([number(r.get(col)) for r in rs], kind) if shown(when, parties, c in agent) else "–"
+                for _, col, kind, when in cols
+            ]
+            out.append(f"| {label(c, meta, long=True)} | " + " | ".join(cells) + " |")
+        reps = max((int(r["rep"]) for r in runs), default=0) + 1
+        met, of, na = met_counts(summary, name)
+        out.append("")
+        out.append(
+            f"Each cell: the range over {reps} repetition(s). Goals: {met} of {of} met"
+            + (f", {na} not assessed" if na else "")
+            + ":"
+        )
+        out.append("")
+        out += goal_lines(summary.get("goals", {}).get(name, [])) or ["- no goal (no Headroom configuration in this scenario)."]
+    return out
+
+
+def matrix_headline(summary, meta):
+    """The README's headline of a matrix run: per scenario, goals met of
+    how many, and which are not."""
+    out = []
+    warn = warning(meta)
+    if warn:
+        out += [warn, ""]
+    out.append("| scenario | goals met | not met |")
+    out.append("|---|---|---|")
+    total_met = total_of = 0
+    for name in scenario_order(summary, meta):
+        met, of, na = met_counts(summary, name)
+        total_met, total_of = total_met + met, total_of + of
+        missed = [
+            f"{short(g['config'])} {GOAL_SHORT.get((g.get('party'), g.get('id')), g.get('text', '?'))}"
+            for g in summary.get("goals", {}).get(name, [])
+            if g.get("met") is False
+        ]
+        counted = f"{met} of {of}" + (f" ({na} not assessed)" if na else "")
+        out.append(f"| `{name}` | {counted} | {'; '.join(missed) or '–'} |")
+    runs = sorted(
+        {int(s.get("runs", 0)) for sc in summary["scenarios"].values() for s in sc.values()}
+    )
+    reps = "–".join(str(r) for r in (runs[:1] + runs[-1:] if len(runs) > 1 else runs))
+    out.append("")
+    out.append(
+        f"{total_met} of {total_of} goals met over {len(summary['scenarios'])} scenario(s), "
+        f"{reps} repetition(s) of each configuration; a goal on a ratio by its median, "
+        "a count by its worst run."
+    )
+    return out
+
+
 def main(d):
+    meta = load_meta(d)
+    why = failed(meta)
+    if why:
+        sys.exit(f"benefit_table: the run failed, no table: {why}")
     rows = list(csv.DictReader(open(d / "runs.csv")))
     summary = json.load(open(d / "summary.json"))
-    meta = load_meta(d)
+    if is_matrix(summary):
+        (d / "table.md").write_text("\n".join(matrix_table(rows, summary, meta)) + "\n")
+        print(f"table in {d / 'table.md'}")
+        (d / "headline.md").write_text("\n".join(matrix_headline(summary, meta)) + "\n")
+        print(f"headline in {d / 'headline.md'}")
+        return
     agent = AGENT | set(tuned(meta))
     configs = [c for c in LABELS if any(r["config"] == c for r in rows)]
     configs += sorted({r["config"] for r in rows} - set(configs))

@@ -1,19 +1,42 @@
 //! The benefit benchmark (docs/benefit.md): one real node VM (real
 //! kubelet, containerd, runc, CFS), a CPU-burning HTTP service with a tight
-//! limit under a bursty open-loop load, and two neighbours the agent does
-//! not manage (their namespace is not opted in):
+//! limit (request 200m, limit 300m; Headroom's ceiling request × 4 = 800m)
+//! under a bursty open-loop load, beside neighbours the agent does not
+//! manage (their namespace is not opted in):
 //!
 //! - the *within-request neighbour* (`within`): a Burstable pod, request
-//!   500m, no CPU limit, under a steady 150m (6 req/s × 25 ms) all run: its
-//!   demand stays below its request (checked at start from its schedule),
-//!   so any CPU it waits for is CPU it is owed;
+//!   500m, no CPU limit; its demand stays at or below its request (checked
+//!   at start from its schedules), so any CPU it waits for is CPU it is
+//!   owed;
 //! - the *unmanaged batch neighbour* (`batch`): request 100m, no limit,
-//!   needs 0.8 CPU (far above its request) from 7 s into the second burst
-//!   for 15 s.
+//!   needs 0.8 CPU (far above its request) for 15 s.
 //!
-//! Six configurations in a randomised order, `BENEFIT_REPS` (3) repetitions:
+//! **A matrix** (`benefit::matrix`): every configuration under every
+//! scenario, `BENEFIT_REPS` (3) repetitions; each repetition is a block
+//! holding every (scenario, configuration) once, in an order shuffled from
+//! `BENEFIT_SEED` (printed, and kept in meta.json). The scenarios (80 s of
+//! schedule each):
 //!
-//! - `a-static`: the tight limit (request 200m, limit 300m) as declared;
+//! - `mixed`: the service bursting to 450m (1.5 × its limit) for 25 s twice,
+//!   the within-request neighbour at a steady 150m, the batch neighbour's
+//!   0.8 CPU from 7 s into the second burst (the bench's one scenario
+//!   before the matrix, unchanged);
+//! - `short`: the node short of CPU: the within-request neighbour at 450m
+//!   (90 % of its request) all run, the service's bursts at 800m (its
+//!   ceiling), the batch neighbour as in `mixed`;
+//! - `alone`: the service alone (bursts as in `mixed`); the neighbours' pods
+//!   exist but get no load;
+//! - `pair`: a second managed service `svc2` of the same shape, with its own
+//!   load generator, bursting together with the first (as in `mixed`),
+//!   beside the within-request neighbour at 150m (no batch load). `svc2` is
+//!   created before each `pair` run and deleted after it (Running and
+//!   answering first), so the other scenarios' agent sees one managed pod,
+//!   as before the matrix. Both services get the same configuration.
+//!
+//! The configurations (default `a-static,b-nolimit,c-headroom,e-dryrun`, plus
+//! any `BENEFIT_TUNED` candidates; `BENEFIT_CONFIGS` names others):
+//!
+//! - `a-static`: the tight limit as declared;
 //! - `b-nolimit`: the limit resized to the node's CPUs (CFS can never give
 //!   more, so it is "no limit"; a resize cannot remove a limit);
 //! - `c-headroom`: the agent (default policy) manages the tight limit;
@@ -23,56 +46,89 @@
 //! - `f-declared`: the agent with `--floor declared` (never lowers the
 //!   service below its declared 300m);
 //! - tuning candidates named in `BENEFIT_TUNED`: the agent with the flags
-//!   given, e.g. `BENEFIT_TUNED='g-cool15=--raise-cooldown 15s;h-window2=--contention-window 2s'`
-//!   (they join the configurations run; name them in `BENEFIT_CONFIGS` to
-//!   run only some).
+//!   given, e.g. `BENEFIT_TUNED='g-cool15=--raise-cooldown 15s;h-window2=--contention-window 2s'`.
 //!
-//! What a run records (runs.csv, a row a run; raw/ per run):
+//! **Handing the service back between runs.** A run resets each service's
+//! limit in place (the `resize` subresource) to its configuration's; since
+//! the agent's coexistence rule (docs/coexistence.md) that resize is
+//! *another writer's* and the agent would leave the pod alone (log:
+//! `yielding to another writer`). So before the agent starts, each managed
+//! pod gets `headroom.dev/resume` = a time at or after every resize of it so
+//! far (the latest `resize` entry of its `managedFields`, or now if later),
+//! as a user hands limits back; the limit in place (300m) becomes its
+//! declared limit again. Chosen over recreating the pods between runs:
+//! cheap (no pod start on the emulated node, same pod IPs and cgroups), and
+//! it is the documented way back. **A run that measured nothing fails the
+//! bench** (error, no summary row, meta.json `failed`, so no table): in an
+//! agent configuration, the agent logged `yielding to another writer`; or
+//! a configuration whose agent patches made no patch at all although the
+//! service bursts above its limit; or its metrics count patches its log
+//! has no `resized` line for (the log format changed under the analysis).
 //!
-//! - the service's latency, throttled ratio (container `cpu.stat`), limit
-//!   changes and the agent's reaction times;
+//! What a run records (runs.csv, a row a run; raw/<scenario>-<config>-r<rep>-* per run):
+//!
+//! - each service's latency; the first's throttled ratio (container
+//!   `cpu.stat`), limit changes and the agent's reaction times, the
+//!   second's throttled ratio and usage;
 //! - the within-request neighbour's p99 (whole run, and its `contended`
-//!   phase: while the batch neighbour needs its CPU) and its pod cgroup's
-//!   `cpu.pressure` `full` stall: Δ`total` over the run and over the
-//!   contended phase as % of wall time (it has no CPU limit, so none of it
-//!   is its own throttling), from the in-guest sampler;
+//!   phases: the batch neighbour's demand, or in `pair` the bursts), the CPU
+//!   it got (pod `cpu.stat` `usage_usec`) over the run and over its
+//!   contended phases, and its pod cgroup's `cpu.pressure` `full` stall
+//!   over the same (it has no CPU limit, so none of it is its own
+//!   throttling), from the in-guest sampler;
 //! - the batch neighbour's p99 while it needs its CPU;
-//! - **false lowerings**: every lowering of the service the agent logged
-//!   (`resized … old=Xm new=Ym` with Y < X in raw/<run>-agent.log) is put
-//!   against the sampler. From the last sample at or before 3 s ahead of
-//!   the log line to the last sample at or before it (their span, ≈ 3 s), a
-//!   neighbour was *displaced* when its pod's `full` total grew by more
-//!   than 10 % of its request-equivalent, request × span (150 ms in 3 s for
-//!   the 500m neighbour, 30 ms for the batch pod's 100m). A lowering made
-//!   while no neighbour was displaced is false. Lowerings the samples do
-//!   not cover (less than 3 s of samples before them, or the last sample
-//!   more than 1.5 s old) are counted as unjudged, not as false.
+//! - from the agent's log (raw/<run>-agent.log): its checked lowerings
+//!   (`lowering checked … effect=helped|no_effect|unjudged`), its patches of each
+//!   service and the most within one burst window of the schedule;
+//! - **false lowerings**: every lowering of a managed service the agent
+//!   logged (`resized … old=Xm new=Ym` with Y < X) is put against the
+//!   sampler. From the last sample at or before 3 s ahead of the log line to
+//!   the last sample at or before it (their span, ≈ 3 s), a neighbour was
+//!   *displaced* when its pod's `full` total grew by more than 10 % of its
+//!   request-equivalent, request × span (150 ms in 3 s for the 500m
+//!   neighbour, 30 ms for the batch pod's 100m). A lowering made while no
+//!   neighbour was displaced is false. Lowerings the samples do not cover
+//!   (less than 3 s of samples before them, or the last sample more than
+//!   1.5 s old) are counted as unjudged, not as false.
 //!   raw/<run>-lowerings.csv lists each with the agent's reason and the
 //!   neighbours' `full` growth (`benefit::analysis::check_lowering`).
 //!
-//! summary.json, per configuration: medians over the repetitions, and the
-//! median against (a) static (and against (b) for the service's p99 and the
-//! batch neighbour's) as a ratio of the medians with a 95 % percentile
+//! summary.json (`benefit::summary::summarise_matrix`), per scenario and
+//! configuration: medians over the repetitions, and the medians against (a)
+//! static and (b) no limit as ratios of the medians with a 95 % percentile
 //! bootstrap interval: 2000 resamples, each side's repetitions resampled
-//! with replacement, fixed seed (`benefit::stats`); the within-request
-//! neighbour's `full` against (a) as a difference of medians, in points.
+//! with replacement, fixed seed (`benefit::stats`); then each goal of each
+//! party met or not (`benefit::summary::goals`: a ratio goal by its median,
+//! a count by its worst run), and per scenario how many are met.
+//! scripts/lib/benefit_table.py makes table.md and headline.md of them.
 //!
 //! Baseline check: before anything is overwritten, the static (a) service
-//! p99 median is read from the committed summary.json (`BENEFIT_BASELINE`,
-//! which scripts/benefit fills from `git show HEAD:<out>/summary.json`; when
-//! unset, `<out>/summary.json` if present). When this run's (a) median lies
-//! outside [0.5×, 2×] of it (a much busier or quieter host), the run is not
-//! aborted: meta.json gets `"flagged": true` and the figures, and the table
-//! (scripts/lib/benefit_table.py) opens with a warning line.
+//! p99 median of `mixed` is read from the committed summary.json
+//! (`BENEFIT_BASELINE`, which scripts/benefit fills from `git show
+//! HEAD:<out>/summary.json`; when unset, `<out>/summary.json` if present; a
+//! summary from before the matrix is read as `mixed`'s). When this run's
+//! (a) median of `mixed` lies outside [0.5×, 2×] of it (a much busier or
+//! quieter host), the run is not aborted: meta.json gets `"flagged": true`
+//! and the figures, and the table opens with a warning line.
+//!
+//! Wall time: a run is ~100 s (80 s of schedule, 4 s lead-in, up to 15 s of
+//! drain, set-up; a `pair` run ~20 s more for its second pod), so the full
+//! matrix, 4 scenarios × 4 configurations × 3 repetitions = 48 runs, is
+//! ~85 min, plus ~1 min of VM boot and pod setup; `BENEFIT_MATRIX=quick`
+//! (16 runs) ~28 min.
 //!
 //! Run by `scripts/benefit` (which builds the static service and load
 //! generator and draws the charts). Environment:
 //! `BENEFIT_BIN_DIR` (benefit-load), `BENEFIT_IMAGE` (service image archive),
-//! `BENEFIT_OUT` (default docs/benefit), `BENEFIT_REPS` (3), `BENEFIT_SEED`,
-//! `BENEFIT_CONFIGS` (comma list of the names above), `BENEFIT_TUNED`,
-//! `BENEFIT_BASELINE` (a summary.json; empty: no check), `BENEFIT_SCHEDULE`,
-//! `BENEFIT_BATCH_SCHEDULE`, `BENEFIT_WITHIN_SCHEDULE` (see `benefit::schedule`;
-//! the within-request neighbour's must stay at or below its request),
+//! `BENEFIT_OUT` (default docs/benefit), `BENEFIT_SCENARIOS` (comma list of
+//! `mixed,short,alone,pair`; default all), `BENEFIT_MATRIX` (`quick`: one
+//! repetition of each, whatever `BENEFIT_REPS` says; `full`, the default:
+//! `BENEFIT_REPS`), `BENEFIT_REPS` (3), `BENEFIT_SEED`, `BENEFIT_CONFIGS`
+//! (comma list of the names above), `BENEFIT_TUNED`, `BENEFIT_BASELINE` (a
+//! summary.json; empty: no check); `mixed`'s schedules `BENEFIT_SCHEDULE`,
+//! `BENEFIT_BATCH_SCHEDULE`, `BENEFIT_WITHIN_SCHEDULE` (see
+//! `benefit::schedule`; the other scenarios' are `benefit::matrix`'s; a
+//! within-request neighbour's must stay at or below its request);
 //! `BENEFIT_BURN_US` (25000), `BENEFIT_BURST_US`.
 
 use std::fmt::Write as _;
@@ -80,12 +136,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use benefit::analysis::{self, Neighbour};
-use benefit::schedule::{self, Phase};
+use benefit::analysis::{self, Neighbour, Sample};
+use benefit::matrix::{self, Scenario};
+use benefit::schedule::Phase;
 use benefit::summary::{self, Baseline, RunRow};
 use benefit::{agent_log, stats};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use serde_json::{Value, json};
 use testkit::agent::metric;
@@ -95,13 +153,22 @@ const IMAGE: &str = "headroom.local/benefit:1";
 const REQUEST_M: u64 = 200;
 /// The tight limit: request × 1.5.
 const LIMIT_M: u64 = 300;
+/// Headroom's default ceiling: request × 4.
+const CEILING_M: u64 = 4 * REQUEST_M;
 const PERIOD_US: u64 = 100_000;
 /// The within-request neighbour's CPU request (no CPU limit).
 const WITHIN_REQUEST_M: u64 = 500;
 /// The batch neighbour's CPU request (no limit).
 const BATCH_REQUEST_M: u64 = 100;
+/// The managed services' pod names (`svc2` in `pair` only).
+const SVC: &str = "svc";
+const SVC2: &str = "svc2";
+/// Seconds a run takes beyond its schedule (lead-in, drain, set-up), for
+/// the estimate printed at start; a `pair` run adds its second pod's.
+const RUN_OVERHEAD_S: f64 = 20.0;
+const PAIR_OVERHEAD_S: f64 = 20.0;
 
-/// The neighbours a lowering of the service is judged against.
+/// The neighbours a lowering of a service is judged against.
 const NEIGHBOURS: [Neighbour; 2] = [
     Neighbour {
         name: "within",
@@ -171,6 +238,13 @@ impl Config {
         Config::DryRun,
         Config::Declared,
     ];
+    /// Run when `BENEFIT_CONFIGS` is unset (with any tuning candidates).
+    const DEFAULT: [Config; 4] = [
+        Config::Static,
+        Config::NoLimit,
+        Config::Headroom,
+        Config::DryRun,
+    ];
     fn name(self) -> &'static str {
         match self {
             Config::Static => "a-static",
@@ -191,15 +265,22 @@ impl Config {
             Config::Static | Config::NoLimit | Config::Burst => None,
         }
     }
+    /// `summary::AGENT_*`: no agent, one that patches, one in `--dry-run`.
+    fn agent_mode(self) -> &'static str {
+        match self.agent_args() {
+            None => summary::AGENT_NONE,
+            Some(a) if a.iter().any(|f| f == "--dry-run") => summary::AGENT_DRY_RUN,
+            Some(_) => summary::AGENT_PATCH,
+        }
+    }
 }
 
 struct Settings {
     reps: usize,
+    matrix: String,
     seed: u64,
     configs: Vec<Config>,
-    svc: Vec<Phase>,
-    batch: Vec<Phase>,
-    within: Vec<Phase>,
+    scenarios: Vec<Scenario>,
     burn_us: u64,
     burst_us: u64,
     out: PathBuf,
@@ -223,23 +304,12 @@ fn read_baseline(out: &Path) -> Option<Baseline> {
     )
 }
 
-/// Highest CPU a schedule asks for, in millicores, at `burn_us` a request.
-fn peak_demand_m(phases: &[Phase], burn_us: u64) -> f64 {
-    phases
-        .iter()
-        .map(|p| p.rate_per_s * burn_us as f64 / 1000.0)
-        .fold(0.0, f64::max)
-}
-
 fn env_or(k: &str, d: &str) -> String {
     std::env::var(k).unwrap_or_else(|_| d.to_string())
 }
 
 impl Settings {
     fn from_env() -> anyhow::Result<Settings> {
-        let sched = |k: &str, d: &str| {
-            schedule::parse(&env_or(k, d)).map_err(|e| anyhow::anyhow!("{k}: {e}"))
-        };
         anyhow::ensure!(
             std::env::var_os("BENEFIT_GUARANTEED_SCHEDULE").is_none(),
             "BENEFIT_GUARANTEED_SCHEDULE is gone: the Guaranteed neighbour is now the \
@@ -249,9 +319,9 @@ impl Settings {
             .into_iter()
             .map(|t| Config::Tuned(Box::leak(Box::new(t))))
             .collect();
-        let known: Vec<Config> = Config::ALL.into_iter().chain(tuned).collect();
+        let known: Vec<Config> = Config::ALL.into_iter().chain(tuned.clone()).collect();
         let configs = match std::env::var("BENEFIT_CONFIGS") {
-            Err(_) => known,
+            Err(_) => Config::DEFAULT.into_iter().chain(tuned).collect(),
             Ok(list) => list
                 .split(',')
                 .map(|n| {
@@ -269,6 +339,28 @@ impl Settings {
                 .duration_since(std::time::UNIX_EPOCH)?
                 .as_secs(),
         };
+        let matrix_env = std::env::var("BENEFIT_MATRIX").ok();
+        let reps = matrix::reps(
+            matrix_env.as_deref(),
+            std::env::var("BENEFIT_REPS").ok().as_deref(),
+        )
+        .map_err(anyhow::Error::msg)?;
+        let (svc, within, batch) = (
+            env_or("BENEFIT_SCHEDULE", matrix::MIXED_SVC),
+            env_or("BENEFIT_WITHIN_SCHEDULE", matrix::MIXED_WITHIN),
+            env_or("BENEFIT_BATCH_SCHEDULE", matrix::MIXED_BATCH),
+        );
+        let mixed = matrix::MixedSchedules {
+            svc: &svc,
+            within: &within,
+            batch: &batch,
+        };
+        let scenarios = matrix::scenario_names(std::env::var("BENEFIT_SCENARIOS").ok().as_deref())
+            .map_err(anyhow::Error::msg)?
+            .into_iter()
+            .map(|n| matrix::scenario(n, mixed))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
         let out = PathBuf::from(env_or(
             "BENEFIT_OUT",
             &testkit::node_vm::repo_root()
@@ -280,31 +372,11 @@ impl Settings {
             "BENEFIT_BIN_DIR unset: run scripts/benefit, which builds the load generator",
         )?);
         let s = Settings {
-            reps: env_or("BENEFIT_REPS", "3")
-                .parse()
-                .context("BENEFIT_REPS")?,
+            reps,
+            matrix: matrix_env.unwrap_or_else(|| "full".into()),
             seed,
             configs,
-            // Quiet 50m, bursts 450m of CPU (1.5 × the 300m limit) at 25 ms
-            // a request (few, large requests: each request also costs the
-            // emulated guest CPU outside the burn); bursts of 25 s, long against the 2–12 s a real
-            // kubelet under emulation takes to apply a resize.
-            svc: sched(
-                "BENEFIT_SCHEDULE",
-                "quiet:10@2,burst:25@18,quiet:15@2,burst:25@18,quiet:5@2",
-            )?,
-            // The unmanaged neighbour needs 0.8 CPU from 7 s into the second burst.
-            batch: sched(
-                "BENEFIT_BATCH_SCHEDULE",
-                "idle:57@0.4,demand:15@32,idle:8@0.4",
-            )?,
-            // The within-request neighbour: steady 150m, below its 500m
-            // request all run; its `contended` phase is the batch
-            // neighbour's demand.
-            within: sched(
-                "BENEFIT_WITHIN_SCHEDULE",
-                "steady:57@6,contended:15@6,steady:8@6",
-            )?,
+            scenarios,
             burn_us: env_or("BENEFIT_BURN_US", "25000")
                 .parse()
                 .context("BENEFIT_BURN_US")?,
@@ -323,32 +395,58 @@ impl Settings {
             ),
             baseline: read_baseline(&out),
         };
-        let peak = peak_demand_m(&s.within, s.burn_us);
-        anyhow::ensure!(
-            peak <= WITHIN_REQUEST_M as f64,
-            "BENEFIT_WITHIN_SCHEDULE asks {peak:.0}m at {} µs a request: above the \
-             within-request neighbour's {WITHIN_REQUEST_M}m request",
-            s.burn_us
-        );
+        for sc in &s.scenarios {
+            if let Some(w) = &sc.within {
+                let peak = matrix::peak_demand_m(w, s.burn_us);
+                anyhow::ensure!(
+                    peak <= WITHIN_REQUEST_M as f64,
+                    "{}: the within-request neighbour asks {peak:.0}m at {} µs a request: \
+                     above its {WITHIN_REQUEST_M}m request",
+                    sc.name,
+                    s.burn_us
+                );
+            }
+            if sc.name == "short" {
+                let peak = matrix::peak_demand_m(&sc.svc, s.burn_us);
+                anyhow::ensure!(
+                    peak >= CEILING_M as f64,
+                    "short: the service bursts to {peak:.0}m at {} µs a request: below its \
+                     {CEILING_M}m ceiling, so the node is not short",
+                    s.burn_us
+                );
+            }
+        }
         for f in [&s.load_bin, &s.image] {
             anyhow::ensure!(f.is_file(), "{} missing: run scripts/benefit", f.display());
         }
-        anyhow::ensure!(s.reps >= 1 && !s.configs.is_empty(), "nothing to run");
+        anyhow::ensure!(
+            s.reps >= 1 && !s.configs.is_empty() && !s.scenarios.is_empty(),
+            "nothing to run"
+        );
         Ok(s)
     }
-}
 
-/// xorshift64*: a reproducible order from the printed seed.
-fn shuffled<T: Clone>(items: &[T], state: &mut u64) -> Vec<T> {
-    let mut v = items.to_vec();
-    for i in (1..v.len()).rev() {
-        *state ^= *state << 13;
-        *state ^= *state >> 7;
-        *state ^= *state << 17;
-        let j = (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % (i as u64 + 1)) as usize;
-        v.swap(i, j);
+    /// Runs and estimated wall time of the plan, in minutes.
+    fn estimate(&self) -> (usize, f64) {
+        let per_rep: f64 = self
+            .scenarios
+            .iter()
+            .map(|sc| {
+                let one = sc.total().as_secs_f64()
+                    + RUN_OVERHEAD_S
+                    + if sc.svc2.is_some() {
+                        PAIR_OVERHEAD_S
+                    } else {
+                        0.0
+                    };
+                one * self.configs.len() as f64
+            })
+            .sum();
+        (
+            self.scenarios.len() * self.configs.len() * self.reps,
+            per_rep * self.reps as f64 / 60.0,
+        )
     }
-    v
 }
 
 fn loadavg() -> String {
@@ -366,6 +464,22 @@ fn service_pod(name: &str, node: &str, requests: Value, limits: Value) -> Value 
                         "resources": {"requests": requests, "limits": limits}}]}})
 }
 
+/// A managed service: request 200m, limit 300m.
+fn managed_pod(name: &str, node: &str) -> Value {
+    service_pod(
+        name,
+        node,
+        json!({"cpu": format!("{REQUEST_M}m"), "memory": "32Mi"}),
+        json!({"cpu": format!("{LIMIT_M}m"), "memory": "64Mi"}),
+    )
+}
+
+async fn create(api: &Api<Pod>, v: Value) -> anyhow::Result<()> {
+    let p: Pod = serde_json::from_value(v)?;
+    api.create(&PostParams::default(), &p).await?;
+    Ok(())
+}
+
 async fn wait_running(api: &Api<Pod>, name: &str) -> anyhow::Result<Pod> {
     let cond = await_condition(api.clone(), name, conditions::is_pod_running());
     match tokio::time::timeout(Duration::from_secs(300), cond).await {
@@ -376,6 +490,7 @@ async fn wait_running(api: &Api<Pod>, name: &str) -> anyhow::Result<Pod> {
 
 /// A pod's cgroup dirs on the node: the pod's and its `app` container's.
 struct Target {
+    uid: String,
     ip: String,
     pod_dir: String,
     container_dir: String,
@@ -398,10 +513,22 @@ async fn target(node: &NodeVm, pod: &Pod) -> anyhow::Result<Target> {
         .and_then(|s| s.pod_ip.clone())
         .context("pod IP")?;
     Ok(Target {
+        uid: uid.to_string(),
         ip,
         pod_dir,
         container_dir,
     })
+}
+
+/// Waits until the service at `t` answers `/healthz` (up to 60 s).
+async fn wait_answering(node: &NodeVm, t: &Target) -> anyhow::Result<()> {
+    node.sh(&format!(
+        "for i in $(seq 1 60); do (exec 3<>/dev/tcp/{}/8080 && printf 'GET /healthz HTTP/1.1\\r\\n\\r\\n' >&3 && head -c 15 <&3) 2>/dev/null | grep -q 200 && exit 0; sleep 1; done; exit 1",
+        t.ip
+    ))
+    .await
+    .with_context(|| format!("service at {} never answered", t.ip))?;
+    Ok(())
 }
 
 fn limit_patch(m: u64) -> Patch<Value> {
@@ -409,28 +536,80 @@ fn limit_patch(m: u64) -> Patch<Value> {
         "resources": {"limits": {"cpu": format!("{m}m")}}}]}}))
 }
 
-/// Resizes the service to `m` and waits until its container's cpu.max says so.
-async fn set_limit(node: &NodeVm, api: &Api<Pod>, svc: &Target, m: u64) -> anyhow::Result<()> {
-    let want = format!("{} {PERIOD_US}", m * PERIOD_US / 1000);
-    let now = node
-        .sh(&format!("cat {}/cpu.max", svc.container_dir))
-        .await?;
-    if now.trim() == want {
-        return Ok(());
+/// A CPU quantity in millicores (`300m`, `2`, `1.5`).
+fn quantity_m(q: &str) -> Option<u64> {
+    match q.strip_suffix('m') {
+        Some(m) => m.parse().ok(),
+        None => q.parse::<f64>().ok().map(|c| (c * 1000.0).round() as u64),
     }
-    testkit::control_plane::resize(api, "svc", &limit_patch(m), false)
-        .await
-        .context("resize svc")?;
+}
+
+/// The `app` container's CPU limit in the pod's spec.
+fn spec_limit_m(pod: &Pod) -> Option<u64> {
+    let c = pod
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .find(|c| c.name == "app")?;
+    quantity_m(&c.resources.as_ref()?.limits.as_ref()?.get("cpu")?.0)
+}
+
+/// Resizes the managed pod `name` to `m` (unless its spec says so already)
+/// and waits until its container's cpu.max does.
+async fn set_limit(
+    node: &NodeVm,
+    api: &Api<Pod>,
+    name: &str,
+    t: &Target,
+    m: u64,
+) -> anyhow::Result<()> {
+    let want = format!("{} {PERIOD_US}", m * PERIOD_US / 1000);
+    if spec_limit_m(&api.get(name).await?) != Some(m) {
+        testkit::control_plane::resize(api, name, &limit_patch(m), false)
+            .await
+            .with_context(|| format!("resize {name}"))?;
+    }
     let script = format!(
         "for i in $(seq 1 900); do [ \"$(cat {}/cpu.max)\" = '{want}' ] && exit 0; sleep 0.1; done; exit 1",
-        svc.container_dir
+        t.container_dir
     );
     let out = node.sh_output(&script).await?;
-    anyhow::ensure!(out.status.success(), "svc cpu.max never read {want}");
+    anyhow::ensure!(out.status.success(), "{name} cpu.max never read {want}");
     Ok(())
 }
 
-/// Writes `cpu.max.burst` on the service's container and pod cgroups.
+/// Hands the managed pod `name` back to Headroom as a user would
+/// (docs/coexistence.md, "Handing the limits back"): `headroom.dev/resume`
+/// set to the latest time any `resize` of it was made (its `managedFields`,
+/// the API server's clock) or now, whichever is later, in whole seconds (a
+/// change at or before the time is covered; `managedFields` times are whole
+/// seconds). The bench's own resize between runs is then no other writer's
+/// and the agent manages the pod from the limit in place. Returns the time.
+async fn hand_back(api: &Api<Pod>, name: &str) -> anyhow::Result<String> {
+    let pod = api.get(name).await?;
+    let latest = pod
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.subresource.as_deref() == Some("resize"))
+        .filter_map(|m| m.time.as_ref().map(|t| t.0))
+        .max();
+    let now = Timestamp::now();
+    let at = latest.map_or(now, |l| l.max(now));
+    let at = Timestamp::from_second(at.as_second())?.to_string();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"headroom.dev/resume": at}}})),
+    )
+    .await
+    .with_context(|| format!("annotate {name} headroom.dev/resume"))?;
+    Ok(at)
+}
+
+/// Writes `cpu.max.burst` on a service's container and pod cgroups.
 async fn set_burst(node: &NodeVm, svc: &Target, us: u64) -> anyhow::Result<String> {
     node.sh(&format!(
         "echo {us} > {c}/cpu.max.burst && echo {us} > {p}/cpu.max.burst && \
@@ -450,9 +629,16 @@ fn phase_list(p: &[Phase]) -> String {
 }
 
 /// The in-guest script of one run: the sampler (its line:
-/// `benefit::analysis`) and the three load generators, started together;
-/// `done` when all have finished.
-fn run_script(s: &Settings, id: &str, svc: &Target, w: &Target, b: &Target) -> String {
+/// `benefit::analysis`; with `svc2`, its container's `cpu.max` and
+/// `cpu.stat` too) and a load generator for each pod the scenario loads,
+/// started together; `done` when all have finished.
+fn run_script(
+    s: &Settings,
+    sc: &Scenario,
+    id: &str,
+    pods: &Pods<'_>,
+    svc2: Option<&Target>,
+) -> String {
     let drain = 15;
     let load = |name: &str, t: &Target, p: &[Phase], conns: u32| {
         format!(
@@ -464,31 +650,49 @@ fn run_script(s: &Settings, id: &str, svc: &Target, w: &Target, b: &Target) -> S
             s.burn_us
         )
     };
+    let (read2, field2) = match svc2 {
+        Some(_) => (
+            " read -r cm2 < $C2/cpu.max; mapfile -t cs2 < $C2/cpu.stat;",
+            "|$cm2|${cs2[*]}",
+        ),
+        None => ("", ""),
+    };
     let mut sh = format!(
         "#!/bin/bash\nset -u\nout=/tmp/benefit/{id}\nrm -rf $out; mkdir -p $out\n\
          T0=$(( $(date +%s%N) + 4000000000 ))\necho $T0 > $out/t0\n\
-         C={c}; P={p}; W={w}; B={b}\n\
+         C={c}; P={p}; W={w}; B={b}; C2={c2}\n\
          sample() {{ while [ ! -e $out/stop ]; do t=$EPOCHREALTIME; read -r cm < $C/cpu.max; \
          mapfile -t cs < $C/cpu.stat; mapfile -t ps < $P/cpu.stat; mapfile -t ws < $W/cpu.stat; \
          mapfile -t bs < $B/cpu.stat; read -r st < /proc/stat; \
-         mapfile -t wp < $W/cpu.pressure; mapfile -t bp < $B/cpu.pressure; \
-         (IFS=';'; echo \"$t|$cm|${{cs[*]}}|${{ps[*]}}|${{ws[*]}}|${{bs[*]}}|$st|${{wp[*]}}|${{bp[*]}}\"); \
+         mapfile -t wp < $W/cpu.pressure; mapfile -t bp < $B/cpu.pressure;{read2} \
+         (IFS=';'; echo \"$t|$cm|${{cs[*]}}|${{ps[*]}}|${{ws[*]}}|${{bs[*]}}|$st|${{wp[*]}}|${{bp[*]}}{field2}\"); \
          sleep 0.5; done; }}\n\
          sample > $out/samples.txt & sp=$!\npids=\n",
-        c = svc.container_dir,
-        p = svc.pod_dir,
-        w = w.pod_dir,
-        b = b.pod_dir,
+        c = pods.svc.container_dir,
+        p = pods.svc.pod_dir,
+        w = pods.within.pod_dir,
+        b = pods.b.pod_dir,
+        c2 = svc2.map_or("none", |t| t.container_dir.as_str()),
     );
-    sh.push_str(&load("svc", svc, &s.svc, 32));
-    sh.push_str(&load("within", w, &s.within, 8));
-    sh.push_str(&load("batch", b, &s.batch, 32));
+    sh.push_str(&load("svc", &pods.svc, &sc.svc, 32));
+    if let (Some(t), Some(p)) = (svc2, &sc.svc2) {
+        sh.push_str(&load("svc2", t, p, 32));
+    }
+    if let Some(p) = &sc.within {
+        sh.push_str(&load("within", &pods.within, p, 8));
+    }
+    if let Some(p) = &sc.batch {
+        sh.push_str(&load("batch", &pods.b, p, 32));
+    }
     sh.push_str("wait $pids\ntouch $out/stop; wait $sp\ntouch $out/done\n");
     sh
 }
 
-fn p(v: &Value, path: &[&str]) -> f64 {
-    let mut x = v;
+/// The number at `path` of a load generator's JSON (NaN without it).
+fn p(v: Option<&Value>, path: &[&str]) -> f64 {
+    let Some(mut x) = v else {
+        return f64::NAN;
+    };
     for k in path {
         x = if let Ok(i) = k.parse::<usize>() {
             &x[i]
@@ -499,12 +703,46 @@ fn p(v: &Value, path: &[&str]) -> f64 {
     x.as_f64().unwrap_or(f64::NAN)
 }
 
+/// The highest p99 of the phases `phases` (NaN without any).
+fn phases_p99(v: Option<&Value>, phases: &[usize]) -> f64 {
+    phases
+        .iter()
+        .map(|i| p(v, &["summary", "phases", &i.to_string(), "p99_ms"]))
+        .fold(f64::NAN, f64::max)
+}
+
 struct Pods<'a> {
     node: &'a NodeVm,
     svc_api: Api<Pod>,
     svc: Target,
     within: Target,
     b: Target,
+}
+
+impl Pods<'_> {
+    /// Creates the second managed service (`pair`), waits until it runs
+    /// and answers.
+    async fn create_svc2(&self) -> anyhow::Result<Target> {
+        create(&self.svc_api, managed_pod(SVC2, self.node.name())).await?;
+        let pod = wait_running(&self.svc_api, SVC2).await?;
+        let t = target(self.node, &pod).await?;
+        wait_answering(self.node, &t).await?;
+        Ok(t)
+    }
+
+    /// Deletes the second managed service and waits until it is gone.
+    async fn delete_svc2(&self, t: &Target) -> anyhow::Result<()> {
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        };
+        self.svc_api.delete(SVC2, &dp).await?;
+        let gone = await_condition(self.svc_api.clone(), SVC2, conditions::is_deleted(&t.uid));
+        match tokio::time::timeout(Duration::from_secs(180), gone).await {
+            Ok(Ok(_)) => Ok(()),
+            other => bail!("{SVC2} not deleted: {other:?}"),
+        }
+    }
 }
 
 async fn agent_cpu_us(node: &NodeVm) -> u64 {
@@ -522,31 +760,122 @@ async fn read_out(node: &NodeVm, id: &str, file: &str) -> anyhow::Result<String>
     node.sh(&format!("cat /tmp/benefit/{id}/{file}")).await
 }
 
+/// A load generator's JSON of the run.
+async fn read_json(node: &NodeVm, id: &str, name: &str) -> anyhow::Result<Value> {
+    serde_json::from_str(&read_out(node, id, &format!("{name}.json")).await?)
+        .with_context(|| format!("{id}: {name}.json"))
+}
+
+/// One run of the plan. `pair` runs create the second service first and
+/// delete it after, whatever the run's outcome.
 async fn run_one(
     s: &Settings,
     pods: &Pods<'_>,
+    sc: &Scenario,
     config: Config,
     rep: usize,
     order: usize,
 ) -> anyhow::Result<RunRow> {
-    let node = pods.node;
-    let id = format!("{}-r{rep}", config.name());
+    let id = format!("{}-{}-r{rep}", sc.name, config.name());
     eprintln!("benefit: run {id} (#{order}), host load {}", loadavg());
-    // Set up: the limit, the burst, the agent.
+    let svc2 = match sc.svc2 {
+        Some(_) => Some(pods.create_svc2().await.context("create svc2")?),
+        None => None,
+    };
+    let row = measure(s, pods, sc, config, rep, order, id, svc2.as_ref()).await;
+    if let Some(t) = &svc2 {
+        match pods.delete_svc2(t).await {
+            Err(e) if row.is_ok() => return Err(e),
+            Err(e) => eprintln!("benefit: {e:#}"),
+            Ok(()) => {}
+        }
+    }
+    row
+}
+
+/// Why a run measured nothing, if it did (`agent_log::refusal`; the bench
+/// then fails).
+fn refuse(
+    id: &str,
+    config: Config,
+    sc: &Scenario,
+    burn_us: u64,
+    log: &str,
+    managed_patches: usize,
+    metric_patches: f64,
+) -> Option<String> {
+    let peak = matrix::peak_demand_m(&sc.svc, burn_us);
+    let why = agent_log::refusal(
+        log,
+        config.agent_mode() == summary::AGENT_PATCH,
+        peak > LIMIT_M as f64,
+        managed_patches,
+        metric_patches,
+    )?;
+    Some(match why {
+        agent_log::Refusal::Yielded { lines, first } => format!(
+            "{id}: the agent yielded to another writer ({lines} line(s); first: {first}): the \
+             handover (headroom.dev/resume) did not cover the bench's resize, so the agent \
+             managed nothing; see raw/{id}-agent.log"
+        ),
+        agent_log::Refusal::NoPatch => format!(
+            "{id}: the agent made no patch although the service bursts to {peak:.0}m, above \
+             its {LIMIT_M}m limit: the run measured nothing; see raw/{id}-agent.log"
+        ),
+        agent_log::Refusal::LogUnread { metric_patches } => format!(
+            "{id}: the agent's metrics count {metric_patches} patches but its log has no \
+             `resized pod=` line for a service: has the log format changed? see \
+             raw/{id}-agent.log"
+        ),
+    })
+}
+
+#[expect(clippy::too_many_arguments, reason = "one run's settings")]
+async fn measure(
+    s: &Settings,
+    pods: &Pods<'_>,
+    sc: &Scenario,
+    config: Config,
+    rep: usize,
+    order: usize,
+    id: String,
+    svc2: Option<&Target>,
+) -> anyhow::Result<RunRow> {
+    let node = pods.node;
+    let mut managed: Vec<(&str, &Target)> = vec![(SVC, &pods.svc)];
+    if let Some(t) = svc2 {
+        managed.push((SVC2, t));
+    }
+    // Set up: the limits, the bursts, the agent.
     let limit = if config == Config::NoLimit {
         u64::from(node.spec.cpus) * 1000
     } else {
         LIMIT_M
     };
-    set_limit(node, &pods.svc_api, &pods.svc, limit).await?;
     let burst = if config == Config::Burst {
         s.burst_us
     } else {
         0
     };
-    let burst_setting = set_burst(node, &pods.svc, burst).await?;
+    let mut burst_setting = Vec::new();
+    for (name, t) in &managed {
+        set_limit(node, &pods.svc_api, name, t, limit).await?;
+        let b = set_burst(node, t, burst).await?;
+        burst_setting.push(if *name == SVC {
+            b
+        } else {
+            format!("{name} {b}")
+        });
+    }
+    let burst_setting = burst_setting.join("; ");
     let agent = match config.agent_args() {
-        Some(args) => Some(GuestAgent::start(node, &args).await?),
+        Some(args) => {
+            for (name, _) in &managed {
+                let at = hand_back(&pods.svc_api, name).await?;
+                eprintln!("benefit: {id}: {name} handed back (headroom.dev/resume={at})");
+            }
+            Some(GuestAgent::start(node, &args).await?)
+        }
         None => None,
     };
     let cpu_before = if agent.is_some() {
@@ -554,7 +883,7 @@ async fn run_one(
     } else {
         0
     };
-    let script = run_script(s, &id, &pods.svc, &pods.within, &pods.b);
+    let script = run_script(s, sc, &id, pods, svc2);
     let dir = node.share_dir().join("benefit");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join(format!("{id}.sh")), script)?;
@@ -564,10 +893,7 @@ async fn run_one(
          systemd-run --unit=benefit-{id} --collect bash /mnt/node/benefit/{id}.sh"
     ))
     .await?;
-    let total = schedule::total(&s.svc)
-        .max(schedule::total(&s.batch))
-        .max(schedule::total(&s.within));
-    let deadline = Instant::now() + total + Duration::from_secs(90);
+    let deadline = Instant::now() + sc.total() + Duration::from_secs(90);
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
         if node
@@ -587,19 +913,26 @@ async fn run_one(
         }
     }
     let load_after = loadavg();
-    let svc: Value =
-        serde_json::from_str(&read_out(node, &id, "svc.json").await?).context("svc.json")?;
-    let w: Value =
-        serde_json::from_str(&read_out(node, &id, "within.json").await?).context("within.json")?;
-    let b: Value =
-        serde_json::from_str(&read_out(node, &id, "batch.json").await?).context("batch.json")?;
+    let svc = read_json(node, &id, "svc").await?;
+    let v2 = match svc2 {
+        Some(_) => Some(read_json(node, &id, "svc2").await?),
+        None => None,
+    };
+    let w = match sc.within {
+        Some(_) => Some(read_json(node, &id, "within").await?),
+        None => None,
+    };
+    let b = match sc.batch {
+        Some(_) => Some(read_json(node, &id, "batch").await?),
+        None => None,
+    };
     let (samples, bad) = analysis::parse_samples(&read_out(node, &id, "samples.txt").await?);
     if bad > 0 {
         eprintln!("benefit: {id}: {bad} sampler lines unreadable (skipped)");
     }
     let (mut raise_p, mut lower_p, mut dry) = (0.0, 0.0, 0.0);
     let mut agent_cpu_s = 0.0;
-    let mut resizes = Vec::new();
+    let mut log = String::new();
     if let Some(agent) = agent {
         let m = agent.scrape().await?;
         let r = |res: &str, dir: &str| {
@@ -616,78 +949,84 @@ async fn run_one(
         agent_cpu_s = agent_cpu_us(node).await.saturating_sub(cpu_before) as f64 / 1e6;
         // The unit's journal holds every run's; this run's lines follow
         // its last `Started` line (`agent_log::last_start`).
-        let log = agent.log_tail(3000).await;
-        let this_run = agent_log::last_start(&log);
-        resizes = agent_log::resizes(this_run);
-        std::fs::write(s.out.join(format!("raw/{id}-agent.log")), this_run)?;
+        let tail = agent.log_tail(20_000).await;
+        log = agent_log::last_start(&tail).to_string();
+        std::fs::write(s.out.join(format!("raw/{id}-agent.log")), &log)?;
         agent.stop().await?;
     }
+    let resizes = agent_log::resizes(&log);
+    let is_managed = |r: &agent_log::Resize| managed.iter().any(|(n, _)| r.of_pod(n));
+    let managed_patches = resizes.iter().filter(|r| is_managed(r)).count();
+    if config.agent_args().is_some()
+        && let Some(why) = refuse(
+            &id,
+            config,
+            sc,
+            s.burn_us,
+            &log,
+            managed_patches,
+            raise_p + lower_p,
+        )
+    {
+        bail!(why);
+    }
+    let checks = agent_log::effect_counts(&agent_log::lowering_checks(&log));
     let t0: f64 = svc["start_unix_ns"]
         .as_str()
         .and_then(|v| v.parse::<f64>().ok())
         .context("start_unix_ns")?
         / 1e9;
-    let starts = schedule::phase_starts(&s.svc);
-    let end = t0 + schedule::total(&s.svc).as_secs_f64();
+    let end = t0 + sc.total().as_secs_f64();
+    let abs = |w: Vec<(f64, f64)>| -> Vec<(f64, f64)> {
+        w.into_iter().map(|(a, b)| (t0 + a, t0 + b)).collect()
+    };
     let win = analysis::window(&samples, t0, end).context("no samples inside the run")?;
-    let bursts: Vec<(f64, f64)> = s
-        .svc
-        .iter()
-        .zip(&starts)
-        .filter(|(ph, _)| ph.name == "burst")
-        .map(|(ph, st)| {
-            (
-                t0 + st.as_secs_f64(),
-                t0 + (*st + ph.duration).as_secs_f64(),
-            )
-        })
-        .collect();
+    let bursts = abs(matrix::phase_windows(&sc.svc, "burst"));
     let raise = |i: usize| {
         bursts
             .get(i)
             .and_then(|(a, b)| analysis::first_raise_after(&samples, *a, *b, LIMIT_M))
     };
-    let demand_phase = s
-        .batch
-        .iter()
-        .position(|ph| ph.name == "demand")
-        .unwrap_or(1);
-    let demand_at =
-        t0 + schedule::phase_starts(&s.batch)[demand_phase.min(s.batch.len() - 1)].as_secs_f64();
-    let lower_s = analysis::first_lowering_after(&samples, demand_at, end);
-    // The within-request neighbour's contended phase (the batch demand).
-    let contended_phase = s
-        .within
-        .iter()
-        .position(|ph| ph.name == "contended")
-        .unwrap_or(1)
-        .min(s.within.len() - 1);
-    let contended_from = t0 + schedule::phase_starts(&s.within)[contended_phase].as_secs_f64();
-    let contended_to = contended_from + s.within[contended_phase].duration.as_secs_f64();
-    let within_stall = analysis::stall(&samples, t0, end, |x| x.within_pressure);
-    let within_contended_stall = analysis::stall(&samples, contended_from, contended_to, |x| {
-        x.within_pressure
+    // The batch neighbour's demand: when it starts, the first lowering after.
+    let demand = sc.batch.as_ref().map_or((Vec::new(), Vec::new()), |bp| {
+        (
+            matrix::phase_indices(bp, "demand"),
+            abs(matrix::phase_windows(bp, "demand")),
+        )
     });
-    let batch_stall = analysis::stall(&samples, t0, end, |x| x.batch_pressure);
-    let within_usage_m = {
-        let inside: Vec<&analysis::Sample> =
-            samples.iter().filter(|x| x.t >= t0 && x.t <= end).collect();
-        match (inside.first(), inside.last()) {
-            (Some(a), Some(b)) if b.t > a.t => {
-                b.within.usage_us.saturating_sub(a.within.usage_us) as f64 / 1e3 / (b.t - a.t)
-            }
-            _ => f64::NAN,
-        }
+    let lower_s = demand
+        .1
+        .first()
+        .and_then(|(from, _)| analysis::first_lowering_after(&samples, *from, end));
+    // The within-request neighbour's contended phases (the batch demand,
+    // or both services' bursts); without any, the whole run.
+    let (contended_idx, contended) = match &sc.within {
+        Some(wp) => (
+            matrix::phase_indices(wp, "contended"),
+            abs(matrix::phase_windows(wp, "contended")),
+        ),
+        None => (Vec::new(), Vec::new()),
     };
-    // The agent's lowerings of the service, each against the neighbours'
+    let contended = if contended.is_empty() {
+        vec![(t0, end)]
+    } else {
+        contended
+    };
+    let whole = [(t0, end)];
+    let within_usage = |ws: &[(f64, f64)]| {
+        analysis::usage_m(&samples, ws, |x| Some(x.within.usage_us)).unwrap_or(f64::NAN)
+    };
+    // `full` µs a second / 10 = % of wall.
+    let full_pct = |ws: &[(f64, f64)], f: fn(&Sample) -> u64| {
+        analysis::usage_m(&samples, ws, |x| Some(f(x))).map_or(f64::NAN, |ms| ms / 10.0)
+    };
+    let within_stall = analysis::stall(&samples, t0, end, |x| x.within_pressure);
+    // The agent's lowerings of the services, each against the neighbours'
     // stalls before it.
     let mut lowerings_csv =
-        String::from("t_s,old_m,new_m,why,span_s,within_full_ms,batch_full_ms,verdict\n");
+        String::from("t_s,old_m,new_m,why,span_s,within_full_ms,batch_full_ms,verdict,pod\n");
     let (mut svc_lowerings, mut false_lowerings, mut unjudged_lowerings) = (0, 0, 0);
-    for r in resizes
-        .iter()
-        .filter(|r| r.of_pod("svc") && r.is_lowering())
-    {
+    for r in resizes.iter().filter(|r| is_managed(r) && r.is_lowering()) {
         let check = analysis::check_lowering(&samples, r.t, &NEIGHBOURS);
         svc_lowerings += 1;
         let verdict = if !check.judged() {
@@ -709,7 +1048,7 @@ async fn run_one(
         };
         let _ = writeln!(
             lowerings_csv,
-            "{:.2},{},{},{},{},{},{},{verdict}",
+            "{:.2},{},{},{},{},{},{},{verdict},{}",
             r.t - t0,
             r.old_m,
             r.new_m,
@@ -717,31 +1056,57 @@ async fn run_one(
             check.span_s.map(|x| format!("{x:.2}")).unwrap_or_default(),
             full("within"),
             full("batch"),
+            r.pod,
         );
     }
     if svc_lowerings > 0 {
         std::fs::write(s.out.join(format!("raw/{id}-lowerings.csv")), lowerings_csv)?;
     }
-    let burst_phases: Vec<usize> = s
-        .svc
-        .iter()
-        .enumerate()
-        .filter(|(_, ph)| ph.name == "burst")
-        .map(|(i, _)| i)
-        .collect();
-    let burst_p99 = burst_phases
-        .iter()
-        .map(|i| p(&svc, &["summary", "phases", &i.to_string(), "p99_ms"]))
-        .fold(f64::NAN, f64::max);
+    // Patches of each service per burst window of its schedule.
+    let mut per_burst = Vec::new();
+    let mut max_patches_per_burst = 0;
+    for (name, _) in &managed {
+        let sched = if *name == SVC2 {
+            sc.svc2.as_deref().unwrap_or(&sc.svc)
+        } else {
+            &sc.svc
+        };
+        let counts = agent_log::patches_per_burst(
+            &resizes,
+            name,
+            &abs(matrix::phase_windows(sched, "burst")),
+        );
+        max_patches_per_burst =
+            max_patches_per_burst.max(counts.iter().copied().max().unwrap_or(0));
+        per_burst.push(format!(
+            "{name}:{}",
+            counts
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("/")
+        ));
+    }
+    let burst_p99 = phases_p99(Some(&svc), &matrix::phase_indices(&sc.svc, "burst"));
     // Timeline CSV of this run (relative to the schedule's start).
     let mut csv = String::from(
-        "t_s,svc_rate,limit_m,usage_m,throttled_pct,within_m,within_full_pct,batch_m,batch_full_pct,node_util\n",
+        "t_s,svc_rate,limit_m,usage_m,throttled_pct,within_m,within_full_pct,batch_m,batch_full_pct,node_util,svc2_limit_m,svc2_usage_m\n",
     );
     for r in analysis::timeline(&samples, t0) {
-        let rate = rate_at(&s.svc, r.t);
+        let rate = rate_at(&sc.svc, r.t);
+        let svc2_limit = match (svc2, r.svc2_limit_m) {
+            (None, _) => String::new(),
+            (Some(_), Some(m)) => m.to_string(),
+            (Some(_), None) => "max".into(),
+        };
+        let svc2_usage = if r.svc2_usage_m.is_finite() {
+            format!("{:.0}", r.svc2_usage_m)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             csv,
-            "{:.2},{rate},{},{:.0},{:.1},{:.0},{:.1},{:.0},{:.1},{:.3}",
+            "{:.2},{rate},{},{:.0},{:.1},{:.0},{:.1},{:.0},{:.1},{:.3},{svc2_limit},{svc2_usage}",
             r.t,
             r.limit_m
                 .map(|m| m.to_string())
@@ -756,16 +1121,19 @@ async fn run_one(
         );
     }
     std::fs::write(s.out.join(format!("raw/{id}-timeline.csv")), csv)?;
-    let summary_only = |v: &Value| {
-        json!({"all": v["summary"]["all"], "phases": v["summary"]["phases"],
-        "errors": v["summary"]["errors"], "unfinished": v["summary"]["unfinished"],
-        "seconds_p99_ms": v["summary"]["seconds"].as_array().map(|a| a.iter().map(|x| x["p99_ms"].clone()).collect::<Vec<_>>())})
+    let summary_only = |v: Option<&Value>| {
+        v.map_or(Value::Null, |v| {
+            json!({"all": v["summary"]["all"], "phases": v["summary"]["phases"],
+            "errors": v["summary"]["errors"], "unfinished": v["summary"]["unfinished"],
+            "seconds_p99_ms": v["summary"]["seconds"].as_array().map(|a| a.iter().map(|x| x["p99_ms"].clone()).collect::<Vec<_>>())})
+        })
     };
     std::fs::write(
         s.out.join(format!("raw/{id}-latency.json")),
-        serde_json::to_string_pretty(
-            &json!({"svc": summary_only(&svc), "within": summary_only(&w), "batch": summary_only(&b)}),
-        )?,
+        serde_json::to_string_pretty(&json!({
+            "svc": summary_only(Some(&svc)), "svc2": summary_only(v2.as_ref()),
+            "within": summary_only(w.as_ref()), "batch": summary_only(b.as_ref())
+        }))?,
     )?;
     let max_limit_m = samples
         .iter()
@@ -773,14 +1141,16 @@ async fn run_one(
         .filter_map(analysis::limit_m)
         .max()
         .unwrap_or(0);
+    let svc2_win = analysis::cpu_window(&samples, t0, end, |x| x.svc2.map(|m| m.container));
     Ok(RunRow {
-        id,
+        scenario: sc.name.to_string(),
         config: config.name().to_string(),
+        agent: config.agent_mode().to_string(),
         rep,
         order,
-        svc_p50_ms: p(&svc, &["summary", "all", "p50_ms"]),
-        svc_p99_ms: p(&svc, &["summary", "all", "p99_ms"]),
-        svc_p999_ms: p(&svc, &["summary", "all", "p999_ms"]),
+        svc_p50_ms: p(Some(&svc), &["summary", "all", "p50_ms"]),
+        svc_p99_ms: p(Some(&svc), &["summary", "all", "p99_ms"]),
+        svc_p999_ms: p(Some(&svc), &["summary", "all", "p999_ms"]),
         svc_burst_p99_ms: burst_p99,
         svc_unfinished: svc["summary"]["unfinished"].as_u64().unwrap_or(0),
         svc_errors: svc["summary"]["errors"].as_u64().unwrap_or(0),
@@ -790,29 +1160,37 @@ async fn run_one(
         pod_throttled_s: win.pod_throttled_s,
         cpu_bursts: win.bursts,
         svc_usage_m: win.usage_m,
-        within_p99_ms: p(&w, &["summary", "all", "p99_ms"]),
-        within_contended_p99_ms: p(
-            &w,
-            &["summary", "phases", &contended_phase.to_string(), "p99_ms"],
-        ),
-        within_usage_m,
+        svc2_p50_ms: p(v2.as_ref(), &["summary", "all", "p50_ms"]),
+        svc2_p99_ms: p(v2.as_ref(), &["summary", "all", "p99_ms"]),
+        svc2_p999_ms: p(v2.as_ref(), &["summary", "all", "p999_ms"]),
+        svc2_throttled_ratio: svc2_win.map_or(f64::NAN, |x| x.throttled_ratio),
+        svc2_usage_m: svc2_win.map_or(f64::NAN, |x| x.usage_m),
+        within_p99_ms: p(w.as_ref(), &["summary", "all", "p99_ms"]),
+        within_contended_p99_ms: phases_p99(w.as_ref(), &contended_idx),
+        within_usage_m: within_usage(&whole),
+        within_contended_usage_m: within_usage(&contended),
         within_some_pct: within_stall.map_or(f64::NAN, |x| x.some_pct),
         within_full_pct: within_stall.map_or(f64::NAN, |x| x.full_pct),
-        within_contended_full_pct: within_contended_stall.map_or(f64::NAN, |x| x.full_pct),
-        batch_demand_p99_ms: p(
-            &b,
-            &["summary", "phases", &demand_phase.to_string(), "p99_ms"],
-        ),
-        batch_demand_p50_ms: p(
-            &b,
-            &["summary", "phases", &demand_phase.to_string(), "p50_ms"],
-        ),
-        batch_full_pct: batch_stall.map_or(f64::NAN, |x| x.full_pct),
+        within_contended_full_pct: full_pct(&contended, |x| x.within_pressure.full_us),
+        batch_demand_p99_ms: phases_p99(b.as_ref(), &demand.0),
+        batch_demand_p50_ms: demand.0.first().map_or(f64::NAN, |i| {
+            p(b.as_ref(), &["summary", "phases", &i.to_string(), "p50_ms"])
+        }),
+        batch_full_pct: full_pct(&whole, |x| x.batch_pressure.full_us),
         node_util: win.node_util,
         limit_changes: win.limit_changes,
         svc_lowerings,
         false_lowerings,
         unjudged_lowerings,
+        lowerings_helped: checks.helped,
+        lowerings_no_effect: checks.no_effect,
+        lowerings_check_unjudged: checks.unjudged,
+        lowerings_checked_other: checks.other,
+        svc_patches: resizes.iter().filter(|r| r.of_pod(SVC)).count(),
+        svc2_patches: resizes.iter().filter(|r| r.of_pod(SVC2)).count(),
+        max_patches_per_burst,
+        patches_per_burst: per_burst.join(";"),
+        yields: agent_log::yield_lines(&log).len(),
         agent_patches_raise: raise_p,
         agent_patches_lower: lower_p,
         agent_dry_run_decisions: dry,
@@ -824,6 +1202,7 @@ async fn run_one(
         host_load_before: load_before,
         host_load_after: load_after,
         burst_setting,
+        id,
     })
 }
 
@@ -838,6 +1217,83 @@ fn rate_at(phases: &[Phase], t: f64) -> f64 {
         at = end;
     }
     0.0
+}
+
+/// What meta.json says of the run so far (`failed`: why the bench stopped).
+#[expect(clippy::too_many_arguments, reason = "the run's facts")]
+fn meta(
+    s: &Settings,
+    plan: &[matrix::Planned<Config>],
+    rows: &[RunRow],
+    node: &NodeVm,
+    kernel: &str,
+    boot_ready_s: Option<f64>,
+    setup_s: f64,
+    started: Instant,
+    load_start: &str,
+    failed: Option<&str>,
+) -> Value {
+    let (baseline, flagged) = summary::baseline_check(s.baseline.as_ref(), rows);
+    let (runs, estimate_min) = s.estimate();
+    json!({
+        "seed": s.seed,
+        "reps": s.reps,
+        "matrix": s.matrix,
+        "runs_planned": runs,
+        "estimate_min": estimate_min,
+        "order": plan.iter().map(|r| format!("{}-{}-r{}", s.scenarios[r.scenario].name, r.config.name(), r.rep)).collect::<Vec<_>>(),
+        "configs": s.configs.iter().map(|c| c.name()).collect::<Vec<_>>(),
+        "scenario_names": s.scenarios.iter().map(|sc| sc.name).collect::<Vec<_>>(),
+        "scenarios": s.scenarios.iter().map(|sc| (sc.name.to_string(), json!({
+            "about": sc.about,
+            "parties": sc.parties(),
+            "schedule": {
+                "svc": phase_list(&sc.svc),
+                "svc2": sc.svc2.as_deref().map(phase_list),
+                "within": sc.within.as_deref().map(phase_list),
+                "batch": sc.batch.as_deref().map(phase_list),
+            },
+        }))).collect::<serde_json::Map<_, _>>(),
+        // The flags of each tuning candidate, for the table's labels.
+        "tuned": s.configs.iter().filter_map(|c| match c {
+            Config::Tuned(t) => Some((t.name.clone(), json!(t.args.join(" ")))),
+            _ => None,
+        }).collect::<serde_json::Map<_, _>>(),
+        "burn_us": s.burn_us,
+        "burst_us": s.burst_us,
+        "request_m": REQUEST_M,
+        "limit_m": LIMIT_M,
+        "ceiling_m": CEILING_M,
+        "within_request_m": WITHIN_REQUEST_M,
+        "batch_request_m": BATCH_REQUEST_M,
+        "bootstrap": {"resamples": stats::RESAMPLES, "seed": stats::SEED, "level": stats::LEVEL},
+        "false_lowering": {"lookback_s": analysis::LOOKBACK_S, "displaced_share": analysis::DISPLACED_SHARE,
+            "max_sample_gap_s": analysis::MAX_SAMPLE_GAP_S},
+        "goal_thresholds": {
+            "svc_p99_vs_static_max": summary::SVC_P99_VS_STATIC_MAX,
+            "svc_p99_vs_nolimit_max": summary::SVC_P99_VS_NOLIMIT_MAX,
+            "within_p99_vs_static_max": summary::WITHIN_P99_VS_STATIC_MAX,
+            "within_usage_vs_static_min": summary::WITHIN_USAGE_VS_STATIC_MIN,
+            "batch_p99_vs_nolimit_max": summary::BATCH_P99_VS_NOLIMIT_MAX,
+            "no_effect_max": summary::NO_EFFECT_MAX,
+            "patches_per_burst_max": summary::PATCHES_PER_BURST_MAX,
+            "false_lowerings_max": summary::FALSE_LOWERINGS_MAX,
+            "dryrun_p99_tolerance": summary::DRYRUN_P99_TOLERANCE,
+        },
+        // The committed (a) service p99 of `mixed` and this run's; `flagged`
+        // when this run's lies outside its range (not comparable).
+        "baseline": baseline,
+        "flagged": flagged,
+        // Why the bench stopped without a result (a run that measured nothing).
+        "failed": failed,
+        "node": {"name": node.name(), "cpus": node.spec.cpus, "driver": node.spec.driver.as_str(), "kernel": kernel.trim()},
+        "boot_ready_s": boot_ready_s,
+        "setup_s": setup_s,
+        "total_s": started.elapsed().as_secs_f64(),
+        "host_loadavg_start": load_start,
+        "host_loadavg_end": loadavg(),
+        "host_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+    })
 }
 
 async fn bench(s: Settings) -> anyhow::Result<()> {
@@ -862,25 +1318,8 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         .await?;
     let svc_api: Api<Pod> = Api::namespaced(client.clone(), &svc_ns);
     let nb_api: Api<Pod> = Api::namespaced(client.clone(), &nb_ns);
-    let create = |api: &Api<Pod>, v: Value| {
-        let api = api.clone();
-        async move {
-            let p: Pod = serde_json::from_value(v)?;
-            api.create(&PostParams::default(), &p).await?;
-            anyhow::Ok(())
-        }
-    };
-    create(
-        &svc_api,
-        service_pod(
-            "svc",
-            node.name(),
-            json!({"cpu": format!("{REQUEST_M}m"), "memory": "32Mi"}),
-            json!({"cpu": format!("{LIMIT_M}m"), "memory": "64Mi"}),
-        ),
-    )
-    .await?;
-    // Burstable, no CPU limit: its steady load stays below its request.
+    create(&svc_api, managed_pod(SVC, node.name())).await?;
+    // Burstable, no CPU limit: its load stays at or below its request.
     create(
         &nb_api,
         service_pod(
@@ -901,7 +1340,7 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         ),
     )
     .await?;
-    let svc = wait_running(&svc_api, "svc").await?;
+    let svc = wait_running(&svc_api, SVC).await?;
     let within = wait_running(&nb_api, "within").await?;
     let b = wait_running(&nb_api, "batch").await?;
     let pods = Pods {
@@ -912,55 +1351,93 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         b: target(node, &b).await?,
     };
     for t in [&pods.svc, &pods.within, &pods.b] {
-        node.sh(&format!(
-            "for i in $(seq 1 60); do (exec 3<>/dev/tcp/{}/8080 && printf 'GET /healthz HTTP/1.1\\r\\n\\r\\n' >&3 && head -c 15 <&3) 2>/dev/null | grep -q 200 && exit 0; sleep 1; done; exit 1",
-            t.ip
-        ))
-        .await
-        .with_context(|| format!("service at {} never answered", t.ip))?;
+        wait_answering(node, t).await?;
     }
     let kernel = node.sh("uname -r").await.unwrap_or_default();
     let ready_at = started.elapsed();
     match &s.baseline {
         Some(b) => eprintln!(
-            "benefit: baseline: (a) service p99 {:.0} ms from {}",
-            b.svc_p99_ms, b.from
+            "benefit: baseline: (a) service p99 {:.0} ms of {} from {}",
+            b.svc_p99_ms,
+            matrix::BASELINE,
+            b.from
         ),
         None => eprintln!("benefit: no committed baseline to check (a) against"),
     }
+    let plan = matrix::plan(s.scenarios.len(), &s.configs, s.reps, s.seed);
+    let (runs, estimate_min) = s.estimate();
     eprintln!(
-        "benefit: node ready with pods after {ready_at:.0?}; seed {}; kernel {}",
+        "benefit: node ready with pods after {ready_at:.0?}; seed {}; kernel {}; {runs} runs \
+         ({} scenario(s) × {} configuration(s) × {} repetition(s)), ~{estimate_min:.0} min",
         s.seed,
-        kernel.trim()
+        kernel.trim(),
+        s.scenarios.len(),
+        s.configs.len(),
+        s.reps
     );
-    let mut state = s.seed | 1;
+    let boot_ready_s = c.boot_times.first().map(|b| b.2.as_secs_f64());
+    let parties: Vec<(&str, matrix::Parties)> = s
+        .scenarios
+        .iter()
+        .map(|sc| (sc.name, sc.parties()))
+        .collect();
+    let write_meta = |rows: &[RunRow], failed: Option<&str>| -> anyhow::Result<()> {
+        let m = meta(
+            &s,
+            &plan,
+            rows,
+            node,
+            &kernel,
+            boot_ready_s,
+            ready_at.as_secs_f64(),
+            started,
+            &load_start,
+            failed,
+        );
+        std::fs::write(
+            s.out.join("meta.json"),
+            serde_json::to_string_pretty(&m)? + "\n",
+        )?;
+        Ok(())
+    };
     let mut rows = Vec::new();
-    let mut order = 0;
-    let mut plan = Vec::new();
-    for rep in 0..s.reps {
-        for cfg in shuffled(&s.configs, &mut state) {
-            plan.push((rep, cfg));
-        }
-    }
-    for (rep, cfg) in &plan {
-        order += 1;
-        let row = run_one(&s, &pods, *cfg, *rep, order).await?;
+    for (i, run) in plan.iter().enumerate() {
+        let sc = &s.scenarios[run.scenario];
+        let row = match run_one(&s, &pods, sc, run.config, run.rep, i + 1).await {
+            Ok(row) => row,
+            Err(e) => {
+                let why = format!("{e:#}");
+                write_meta(&rows, Some(&why))?;
+                bail!("{why}\nbenefit: no table: meta.json records why (`failed`)");
+            }
+        };
         eprintln!(
-            "benefit: {}: svc p50 {:.0} p99 {:.0} p99.9 {:.0} ms; throttled {:.1} % ({:.1} s); within p99 {:.0} ms, full {:.1} %; batch p99 {:.0} ms; node {:.0} %; limit changes {}; lowerings {} ({} false, {} unjudged); raise {:?}/{:?} s, lower {:?} s",
+            "benefit: {}: svc p50 {:.0} p99 {:.0} p99.9 {:.0} ms{}; throttled {:.1} % ({:.1} s); within p99 {:.0} ms, CPU {:.0}m contended, full {:.1} %; batch p99 {:.0} ms; node {:.0} %; limit changes {}; patches {}+{} (per burst {}); lowerings {} ({} false, {} unjudged; checked: {} helped, {} no effect); raise {:?}/{:?} s, lower {:?} s",
             row.id,
             row.svc_p50_ms,
             row.svc_p99_ms,
             row.svc_p999_ms,
+            if row.svc2_p99_ms.is_finite() {
+                format!(", svc2 p99 {:.0} ms", row.svc2_p99_ms)
+            } else {
+                String::new()
+            },
             100.0 * row.throttled_ratio,
             row.throttled_s,
             row.within_p99_ms,
+            row.within_contended_usage_m,
             row.within_full_pct,
             row.batch_demand_p99_ms,
             100.0 * row.node_util,
             row.limit_changes,
+            row.svc_patches,
+            row.svc2_patches,
+            row.patches_per_burst,
             row.svc_lowerings,
             row.false_lowerings,
             row.unjudged_lowerings,
+            row.lowerings_helped,
+            row.lowerings_no_effect,
             row.raise1_s,
             row.raise2_s,
             row.lower_s
@@ -968,57 +1445,25 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
         rows.push(row);
         // Written after every run, so an interrupted run keeps what it had.
         std::fs::write(s.out.join("runs.csv"), summary::runs_csv(&rows)?)?;
-        let summary = summary::summarise(&rows);
+        let summary = summary::summarise_matrix(&rows, &parties);
         std::fs::write(
             s.out.join("summary.json"),
             serde_json::to_string_pretty(&summary)? + "\n",
         )?;
-        let (baseline, flagged) = summary::baseline_check(s.baseline.as_ref(), &rows);
-        let meta = json!({
-            "seed": s.seed,
-            "reps": s.reps,
-            "order": plan.iter().map(|(r, c)| format!("{}-r{r}", c.name())).collect::<Vec<_>>(),
-            "schedule": {"svc": phase_list(&s.svc), "batch": phase_list(&s.batch), "within": phase_list(&s.within)},
-            // The flags of each tuning candidate, for the table's labels.
-            "tuned": s.configs.iter().filter_map(|c| match c {
-                Config::Tuned(t) => Some((t.name.clone(), json!(t.args.join(" ")))),
-                _ => None,
-            }).collect::<serde_json::Map<_, _>>(),
-            "burn_us": s.burn_us,
-            "burst_us": s.burst_us,
-            "request_m": REQUEST_M,
-            "limit_m": LIMIT_M,
-            "within_request_m": WITHIN_REQUEST_M,
-            "batch_request_m": BATCH_REQUEST_M,
-            "bootstrap": {"resamples": stats::RESAMPLES, "seed": stats::SEED, "level": stats::LEVEL},
-            "false_lowering": {"lookback_s": analysis::LOOKBACK_S, "displaced_share": analysis::DISPLACED_SHARE,
-                "max_sample_gap_s": analysis::MAX_SAMPLE_GAP_S},
-            // The committed (a) service p99 and this run's; `flagged` when
-            // this run's lies outside its range (not comparable).
-            "baseline": baseline,
-            "flagged": flagged,
-            "node": {"name": node.name(), "cpus": node.spec.cpus, "driver": node.spec.driver.as_str(), "kernel": kernel.trim()},
-            "boot_ready_s": c.boot_times.first().map(|b| b.2.as_secs_f64()),
-            "setup_s": ready_at.as_secs_f64(),
-            "total_s": started.elapsed().as_secs_f64(),
-            "host_loadavg_start": load_start,
-            "host_loadavg_end": loadavg(),
-            "host_cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        });
-        std::fs::write(
-            s.out.join("meta.json"),
-            serde_json::to_string_pretty(&meta)? + "\n",
-        )?;
+        write_meta(&rows, None)?;
     }
+    let summary = summary::summarise_matrix(&rows, &parties);
     eprintln!(
-        "benefit: done in {:.0?}; {}",
+        "benefit: done in {:.0?}; goals met per scenario: {}",
         started.elapsed(),
-        serde_json::to_string_pretty(&summary::summarise(&rows))?
+        summary["goals_met"]
     );
     if let (baseline, true) = summary::baseline_check(s.baseline.as_ref(), &rows) {
         eprintln!(
-            "benefit: WARNING: flagged: the static (a) service p99 median lies outside [0.5×, 2×] \
-             of the committed one ({baseline}); meta.json says so and the table opens with a warning"
+            "benefit: WARNING: flagged: the static (a) service p99 median of {} lies outside \
+             [0.5×, 2×] of the committed one ({baseline}); meta.json says so and the table \
+             opens with a warning",
+            matrix::BASELINE
         );
     }
     Ok(())

@@ -6,6 +6,18 @@
 //!
 //! The journal of the agent's unit holds every run of the bench; a run's
 //! lines are those after the last `Started …` line systemd wrote.
+//!
+//! Two more kinds of line count (tracing's format: the message, then
+//! `key=value` fields):
+//!
+//! - `yielding to another writer pod=… manager=…`: the agent left a pod's
+//!   limits to another field manager (docs/coexistence.md); it ends with
+//!   `no longer yielding to another writer`;
+//! - `lowering checked pod=<ns>/<name> owed=<ns>/<name>
+//!   effect=helped|no_effect|unjudged from_m=… to_m=… gained_m=… wait_fell_m=…
+//!   usage_before_m=… usage_after_m=…`: after a lowering, whether the pod it
+//!   was owed to gained CPU or waited less ([`lowering_checks`]; one line per
+//!   pod lowered).
 
 /// Why the agent lowered a limit, from the start of its `why` text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -161,6 +173,178 @@ pub fn resizes(log: &str) -> Vec<Resize> {
     last_start(log).lines().filter_map(parse_resized).collect()
 }
 
+/// What the agent logs when it begins to leave a pod to another writer.
+pub const YIELDING: &str = "yielding to another writer";
+
+/// The lines of `log` where the agent began yielding a pod to another
+/// writer (not those where it stopped: `no longer yielding …`).
+pub fn yield_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains(YIELDING) && !l.contains("no longer yielding"))
+        .collect()
+}
+
+/// Why a run in which the agent ran measured nothing (the bench then fails
+/// rather than print a table of it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refusal {
+    /// The agent yielded a pod to another writer: it managed nothing there.
+    /// The lines (their count) and the first.
+    Yielded { lines: usize, first: String },
+    /// An agent that patches made no patch although a service bursts above
+    /// its limit.
+    NoPatch,
+    /// The agent's metrics count patches (`applied`) its log has no
+    /// `resized` line of a service for: the log format changed under the
+    /// analysis.
+    LogUnread { metric_patches: f64 },
+}
+
+/// [`Refusal`] of a run from its agent log: any `yielding` line; no patch
+/// at all when the agent `patches` and the service `bursts_above_limit`
+/// (neither in the log, `log_patches`, nor in the metrics,
+/// `metric_patches`); patches in the metrics but none in the log.
+pub fn refusal(
+    log: &str,
+    patches: bool,
+    bursts_above_limit: bool,
+    log_patches: usize,
+    metric_patches: f64,
+) -> Option<Refusal> {
+    let y = yield_lines(log);
+    if let Some(first) = y.first() {
+        return Some(Refusal::Yielded {
+            lines: y.len(),
+            first: first.to_string(),
+        });
+    }
+    if patches && bursts_above_limit && log_patches == 0 && metric_patches == 0.0 {
+        return Some(Refusal::NoPatch);
+    }
+    if metric_patches > 0.0 && log_patches == 0 {
+        return Some(Refusal::LogUnread { metric_patches });
+    }
+    None
+}
+
+/// Whether a checked lowering bought the pod it was owed to anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// `effect=helped`: the owed pod gained CPU or waited less.
+    Helped,
+    /// `effect=no_effect`: it bought nothing.
+    NoEffect,
+    /// `effect=unjudged`: the agent could not tell (e.g. the owed pod's
+    /// demand ended).
+    Unjudged,
+    /// Any other value (a newer agent's): counted apart.
+    Other,
+}
+
+/// One `lowering checked` line.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedLowering {
+    /// Unix seconds.
+    pub t: f64,
+    /// The pod lowered, `namespace/name`.
+    pub pod: String,
+    /// The pod the CPU was owed to, `namespace/name`.
+    pub owed: String,
+    pub effect: Effect,
+    pub gained_m: Option<f64>,
+    pub wait_fell_m: Option<f64>,
+}
+
+/// The marker of a checked lowering (spaces included: the message is
+/// followed by its fields).
+const LOWERING_CHECKED: &str = " lowering checked ";
+
+/// A `lowering checked` line; `None` for any other line or one without
+/// `pod=`, `owed=` or `effect=`. Values may be quoted (tracing's `?` form)
+/// and the millicore fields may carry an `m`.
+pub fn parse_lowering_checked(line: &str) -> Option<CheckedLowering> {
+    let (ts, rest) = line.trim_start().split_once(char::is_whitespace)?;
+    let t = parse_utc(ts)?;
+    let at = rest.find(LOWERING_CHECKED)?;
+    let (mut pod, mut owed, mut effect) = (None, None, None);
+    let (mut gained_m, mut wait_fell_m) = (None, None);
+    let m = |v: &str| v.strip_suffix('m').unwrap_or(v).parse::<f64>().ok();
+    for kv in rest[at + LOWERING_CHECKED.len()..].split_whitespace() {
+        let Some((k, v)) = kv.split_once('=') else {
+            continue;
+        };
+        let v = v.trim_matches('"');
+        match k {
+            "pod" => pod = Some(v.to_string()),
+            "owed" => owed = Some(v.to_string()),
+            "effect" => {
+                effect = Some(match v {
+                    "helped" => Effect::Helped,
+                    "no_effect" => Effect::NoEffect,
+                    "unjudged" => Effect::Unjudged,
+                    _ => Effect::Other,
+                });
+            }
+            "gained_m" => gained_m = m(v),
+            "wait_fell_m" => wait_fell_m = m(v),
+            _ => {}
+        }
+    }
+    Some(CheckedLowering {
+        t,
+        pod: pod?,
+        owed: owed?,
+        effect: effect?,
+        gained_m,
+        wait_fell_m,
+    })
+}
+
+/// The checked lowerings of the agent's last start, in log order.
+pub fn lowering_checks(log: &str) -> Vec<CheckedLowering> {
+    last_start(log)
+        .lines()
+        .filter_map(parse_lowering_checked)
+        .collect()
+}
+
+/// Checked lowerings by effect.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EffectCounts {
+    pub helped: usize,
+    pub no_effect: usize,
+    pub unjudged: usize,
+    pub other: usize,
+}
+
+pub fn effect_counts(checks: &[CheckedLowering]) -> EffectCounts {
+    let mut c = EffectCounts::default();
+    for x in checks {
+        match x.effect {
+            Effect::Helped => c.helped += 1,
+            Effect::NoEffect => c.no_effect += 1,
+            Effect::Unjudged => c.unjudged += 1,
+            Effect::Other => c.other += 1,
+        }
+    }
+    c
+}
+
+/// For each burst window `[from, to)` (Unix s), how many of `resizes`
+/// patched the pod named `name`.
+pub fn patches_per_burst(resizes: &[Resize], name: &str, bursts: &[(f64, f64)]) -> Vec<usize> {
+    bursts
+        .iter()
+        .map(|(from, to)| {
+            resizes
+                .iter()
+                .filter(|r| r.of_pod(name) && r.t >= *from && r.t < *to)
+                .count()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,6 +403,109 @@ Started headroom-agent.service - /mnt/node/bin/headroom-agent run --node-name n 
         // No start line (the tail cut it off): all of it is the last run.
         assert_eq!(resizes(last_start(LOG)).len(), 2);
         assert_eq!(last_start("a\nb\n"), "a\nb\n");
+    }
+
+    #[test]
+    fn yield_lines_are_the_pauses_not_their_ends() {
+        let log = "\
+2026-12-05T10:00:00.1Z  INFO headroom::reconcile::effects: yielding to another writer pod=benefit-svc-0/svc manager=kube-client limits=container app changed_at=2026-12-05T09:59:58Z why=CPU limit of container app changed in place
+2026-12-05T10:00:01.0Z  INFO headroom::reconcile::effects: no longer yielding to another writer pod=benefit-svc-0/svc
+2026-12-05T10:00:02.0Z  INFO headroom::reconcile::effects: resized pod=benefit-svc-0/svc old=300m new=800m generation=3 why=raise
+";
+        let y = yield_lines(log);
+        assert_eq!(y.len(), 1);
+        assert!(y[0].contains("manager=kube-client"));
+        assert!(yield_lines(LOG).is_empty());
+    }
+
+    #[test]
+    fn a_run_that_measured_nothing_is_refused() {
+        let yielded = "2026-12-05T10:00:00Z  INFO headroom::reconcile::effects: yielding to another writer pod=ns/svc manager=x\n";
+        match refusal(yielded, true, true, 3, 3.0) {
+            Some(Refusal::Yielded { lines: 1, first }) => assert!(first.contains("pod=ns/svc")),
+            other => panic!("{other:?}"),
+        }
+        // A dry run yields the same way: refused too.
+        assert!(matches!(
+            refusal(yielded, false, true, 0, 0.0),
+            Some(Refusal::Yielded { .. })
+        ));
+        // Patching, bursting above the limit, no patch anywhere.
+        assert_eq!(refusal(LOG, true, true, 0, 0.0), Some(Refusal::NoPatch));
+        // No burst above the limit, or a dry run: no patch is expected.
+        assert_eq!(refusal(LOG, true, false, 0, 0.0), None);
+        assert_eq!(refusal(LOG, false, true, 0, 0.0), None);
+        // Patches counted but none read from the log.
+        assert_eq!(
+            refusal(LOG, true, true, 0, 2.0),
+            Some(Refusal::LogUnread {
+                metric_patches: 2.0
+            })
+        );
+        assert_eq!(refusal(LOG, true, true, 2, 2.0), None);
+    }
+
+    #[test]
+    fn checked_lowerings_helped_and_no_effect() {
+        let log = "\
+Started headroom-agent.service - /mnt/node/bin/headroom-agent run --node-name n.
+2026-12-05T10:00:00.5Z  INFO headroom::reconcile::effects: lowering checked pod=benefit-svc-0/svc owed=benefit-neighbours-0/within effect=helped from_m=800 to_m=500 gained_m=120 wait_fell_m=80 usage_before_m=100 usage_after_m=220
+2026-12-05T10:00:02Z  INFO headroom::reconcile::effects: lowering checked pod=benefit-svc-0/svc owed=benefit-neighbours-0/within effect=unjudged from_m=800 to_m=500 gained_m=0 wait_fell_m=0 usage_before_m=100 usage_after_m=-1
+2026-12-05T10:00:03Z  INFO headroom::reconcile::effects: lowering checked pod=\"benefit-svc-0/svc2\" owed=\"benefit-neighbours-0/batch\" effect=no_effect gained_m=0m wait_fell_m=-5
+2026-12-05T10:00:04Z  INFO headroom::reconcile::effects: lowering checked pod=benefit-svc-0/svc owed=benefit-neighbours-0/batch effect=maybe
+2026-12-05T10:00:05Z  INFO headroom::reconcile::effects: lowering checked pod=benefit-svc-0/svc effect=helped
+2026-12-05T10:00:06Z DEBUG headroom::reconcile: lowering checks due pod=benefit-svc-0/svc owed=x effect=helped
+";
+        let c = lowering_checks(log);
+        assert_eq!(c.len(), 4, "{c:?}");
+        assert_eq!(c[0].pod, "benefit-svc-0/svc");
+        assert_eq!(c[0].owed, "benefit-neighbours-0/within");
+        assert_eq!(c[0].effect, Effect::Helped);
+        assert_eq!((c[0].gained_m, c[0].wait_fell_m), (Some(120.0), Some(80.0)));
+        assert!((c[0].t - parse_utc("2026-12-05T10:00:00.5Z").unwrap()).abs() < 1e-9);
+        assert_eq!(c[1].effect, Effect::Unjudged);
+        assert_eq!(c[2].pod, "benefit-svc-0/svc2");
+        assert_eq!(c[2].effect, Effect::NoEffect);
+        assert_eq!((c[2].gained_m, c[2].wait_fell_m), (Some(0.0), Some(-5.0)));
+        assert_eq!((c[3].effect, c[3].gained_m), (Effect::Other, None));
+        assert_eq!(
+            effect_counts(&c),
+            EffectCounts {
+                helped: 1,
+                no_effect: 1,
+                unjudged: 1,
+                other: 1
+            }
+        );
+        // Only the last start counts.
+        let two = format!("{log}Started again.\n");
+        assert!(lowering_checks(&two).is_empty());
+        assert!(lowering_checks(LOG).is_empty());
+    }
+
+    #[test]
+    fn patches_counted_per_pod_and_burst_window() {
+        let r = |t: f64, pod: &str| Resize {
+            t,
+            pod: format!("ns/{pod}"),
+            old_m: 300,
+            new_m: 800,
+            why: String::new(),
+        };
+        let resizes = [
+            r(9.0, "svc"),
+            r(10.0, "svc"),
+            r(12.0, "svc2"),
+            r(20.0, "svc"),
+            r(34.9, "svc"),
+            r(35.0, "svc"),
+            r(51.0, "svc"),
+        ];
+        let bursts = [(10.0, 35.0), (50.0, 75.0)];
+        assert_eq!(patches_per_burst(&resizes, "svc", &bursts), [3, 1]);
+        assert_eq!(patches_per_burst(&resizes, "svc2", &bursts), [1, 0]);
+        assert_eq!(patches_per_burst(&resizes, "within", &bursts), [0, 0]);
+        assert!(patches_per_burst(&resizes, "svc", &[]).is_empty());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //! `EPOCHREALTIME|cpu.max of the service container|container cpu.stat|
 //! service pod cpu.stat|within-request neighbour pod cpu.stat|batch pod cpu.stat|
 //! /proc/stat cpu line|within-request neighbour pod cpu.pressure|batch pod cpu.pressure`,
-//! each cpu.stat and cpu.pressure as its lines joined by `;`.
+//! each cpu.stat and cpu.pressure as its lines joined by `;`. With a second
+//! managed service (the `pair` scenario) two more fields follow: its
+//! container's `cpu.max` and `cpu.stat` ([`FIELDS_PAIR`]).
 
 use std::collections::BTreeMap;
 
@@ -67,6 +69,17 @@ pub struct Sample {
     pub node_total: u64,
     pub within_pressure: Pressure,
     pub batch_pressure: Pressure,
+    /// The second managed service's container (`pair` only).
+    pub svc2: Option<Managed>,
+}
+
+/// A managed service container's `cpu.max` and `cpu.stat`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Managed {
+    /// Quota in µs per period (`None` = `max`).
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    pub container: CpuStat,
 }
 
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -113,23 +126,39 @@ fn parse_proc_stat(s: &str) -> Option<(u64, u64)> {
 
 /// Fields of a sampler line.
 pub const FIELDS: usize = 9;
+/// Fields of a sampler line with a second managed service.
+pub const FIELDS_PAIR: usize = 11;
+
+/// `QUOTA PERIOD` of a `cpu.max` (`QUOTA` may be `max`).
+fn parse_cpu_max(v: &str) -> Option<(Option<u64>, u64)> {
+    let (q, p) = v.trim().split_once(' ')?;
+    let quota = match q {
+        "max" => None,
+        q => Some(q.parse().ok()?),
+    };
+    Some((quota, p.trim().parse().ok()?))
+}
 
 pub fn parse_sample(line: &str) -> Result<Sample, SampleError> {
     let f: Vec<&str> = line.trim_end().split('|').collect();
-    if f.len() != FIELDS {
+    if f.len() != FIELDS && f.len() != FIELDS_PAIR {
         return Err(SampleError::Fields(f.len()));
     }
     let bad = |what, v: &str| SampleError::Field(what, v.to_string());
     let t: f64 = f[0].trim().parse().map_err(|_| bad("time", f[0]))?;
-    let (q, p) = f[1]
-        .trim()
-        .split_once(' ')
-        .ok_or_else(|| bad("cpu.max", f[1]))?;
-    let quota_us = match q {
-        "max" => None,
-        q => Some(q.parse().map_err(|_| bad("cpu.max", f[1]))?),
+    let (quota_us, period_us) = parse_cpu_max(f[1]).ok_or_else(|| bad("cpu.max", f[1]))?;
+    let svc2 = match f.get(FIELDS..) {
+        Some([max, stat]) => {
+            let (quota_us, period_us) =
+                parse_cpu_max(max).ok_or_else(|| bad("svc2 cpu.max", max))?;
+            Some(Managed {
+                quota_us,
+                period_us,
+                container: parse_cpu_stat(stat),
+            })
+        }
+        _ => None,
     };
-    let period_us = p.parse().map_err(|_| bad("cpu.max", f[1]))?;
     let (node_busy, node_total) = parse_proc_stat(f[6]).ok_or_else(|| bad("/proc/stat", f[6]))?;
     Ok(Sample {
         t,
@@ -143,6 +172,7 @@ pub fn parse_sample(line: &str) -> Result<Sample, SampleError> {
         node_total,
         within_pressure: parse_pressure(f[7]),
         batch_pressure: parse_pressure(f[8]),
+        svc2,
     })
 }
 
@@ -163,6 +193,74 @@ pub fn parse_samples(text: &str) -> (Vec<Sample>, usize) {
 /// Limit in millicores of a sample (`None` for `max`).
 pub fn limit_m(s: &Sample) -> Option<u64> {
     s.quota_us.map(|q| q * 1000 / s.period_us.max(1))
+}
+
+/// The second managed service's limit in millicores (`None` for `max` or
+/// without one).
+pub fn svc2_limit_m(s: &Sample) -> Option<u64> {
+    s.svc2
+        .and_then(|m| m.quota_us.map(|q| q * 1000 / m.period_us.max(1)))
+}
+
+/// CPU (millicores, averaged) a cgroup got over the windows `[from, to]`
+/// (Unix s) together: in each window, the counter's growth from its first
+/// to its last sample, summed, over the seconds between them, summed.
+/// `None` when no window holds two samples or `which` has no value there.
+pub fn usage_m(
+    samples: &[Sample],
+    windows: &[(f64, f64)],
+    which: impl Fn(&Sample) -> Option<u64>,
+) -> Option<f64> {
+    let (mut us, mut secs) = (0u64, 0.0);
+    for (from, to) in windows {
+        let mut inside = samples
+            .iter()
+            .filter(|s| s.t >= *from && s.t <= *to)
+            .filter_map(|s| Some((s.t, which(s)?)));
+        let Some(a) = inside.next() else { continue };
+        let Some(b) = inside.next_back() else {
+            continue;
+        };
+        if b.0 > a.0 {
+            us += b.1.saturating_sub(a.1);
+            secs += b.0 - a.0;
+        }
+    }
+    (secs > 0.0).then(|| us as f64 / 1e3 / secs)
+}
+
+/// A container's throttled ratio and usage over `[from, to]`.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct CpuWindow {
+    pub throttled_ratio: f64,
+    pub usage_m: f64,
+}
+
+/// [`CpuWindow`] of the `cpu.stat` `which` gives (e.g. the second
+/// service's container), from the first to the last sample in `[from, to]`
+/// that has it.
+pub fn cpu_window(
+    samples: &[Sample],
+    from: f64,
+    to: f64,
+    which: fn(&Sample) -> Option<CpuStat>,
+) -> Option<CpuWindow> {
+    let mut inside = samples
+        .iter()
+        .filter(|s| s.t >= from && s.t <= to)
+        .filter_map(|s| Some((s.t, which(s)?)));
+    let a = inside.next()?;
+    let b = inside.next_back()?;
+    if b.0 <= a.0 {
+        return None;
+    }
+    Some(CpuWindow {
+        throttled_ratio: ratio(
+            b.1.nr_throttled.saturating_sub(a.1.nr_throttled),
+            b.1.nr_periods.saturating_sub(a.1.nr_periods),
+        ),
+        usage_m: b.1.usage_us.saturating_sub(a.1.usage_us) as f64 / 1e3 / (b.0 - a.0),
+    })
 }
 
 /// Throttling and usage over a window of samples.
@@ -362,6 +460,10 @@ pub struct TimelineRow {
     pub batch_m: f64,
     pub batch_full_pct: f64,
     pub node_util: f64,
+    /// The second managed service's limit (`None`: `max`, or no second
+    /// service) and usage (NaN without one).
+    pub svc2_limit_m: Option<u64>,
+    pub svc2_usage_m: f64,
 }
 
 pub fn timeline(samples: &[Sample], t0: f64) -> Vec<TimelineRow> {
@@ -393,6 +495,11 @@ pub fn timeline(samples: &[Sample], t0: f64) -> Vec<TimelineRow> {
                     b.node_busy.saturating_sub(a.node_busy),
                     b.node_total.saturating_sub(a.node_total),
                 ),
+                svc2_limit_m: svc2_limit_m(b),
+                svc2_usage_m: match (a.svc2, b.svc2) {
+                    (Some(x), Some(y)) => m(x.container.usage_us, y.container.usage_us),
+                    _ => f64::NAN,
+                },
             }
         })
         .collect()
@@ -505,6 +612,96 @@ mod tests {
                 .unwrap()
             })
             .collect()
+    }
+
+    #[test]
+    fn a_pair_line_carries_the_second_service() {
+        let base = line(100.5, "30000", 5000, 10, 4, 400);
+        assert_eq!(parse_sample(&base).unwrap().svc2, None);
+        let pair = format!("{base}|80000 100000|{}", stat(9000, 20, 5, 5000));
+        let s = parse_sample(&pair).unwrap();
+        let m = s.svc2.unwrap();
+        assert_eq!((m.quota_us, m.period_us), (Some(80_000), 100_000));
+        assert_eq!((m.container.usage_us, m.container.nr_throttled), (9000, 5));
+        assert_eq!(svc2_limit_m(&s), Some(800));
+        assert_eq!(limit_m(&s), Some(300));
+        let max = format!("{base}|max 100000|{}", stat(0, 0, 0, 0));
+        assert_eq!(svc2_limit_m(&parse_sample(&max).unwrap()), None);
+        assert!(matches!(
+            parse_sample(&format!("{base}|lots|x")),
+            Err(SampleError::Field("svc2 cpu.max", _))
+        ));
+        assert_eq!(
+            parse_sample(&format!("{base}|80000 100000")),
+            Err(SampleError::Fields(10))
+        );
+    }
+
+    /// `run()` with a second service from t=2 on: 600m, throttled a
+    /// quarter of its periods.
+    fn pair_run() -> Vec<Sample> {
+        run()
+            .into_iter()
+            .map(|mut s| {
+                let i = s.t as u64;
+                s.svc2 = (i >= 2).then(|| Managed {
+                    quota_us: Some(60_000),
+                    period_us: 100_000,
+                    container: CpuStat {
+                        usage_us: 600_000 * i,
+                        nr_periods: 10 * i,
+                        nr_throttled: 10 * i / 4,
+                        ..CpuStat::default()
+                    },
+                });
+                s
+            })
+            .collect()
+    }
+
+    #[test]
+    fn usage_over_windows_together() {
+        let s = run();
+        // The within pod's usage grows 150m a second throughout.
+        let w = usage_m(&s, &[(0.0, 2.0), (5.0, 9.0)], |x| Some(x.within.usage_us)).unwrap();
+        assert!((w - 150.0).abs() < 1e-9, "{w}");
+        // A window holding one sample adds nothing; none at all: no value.
+        let w = usage_m(&s, &[(3.0, 3.5), (5.0, 9.0)], |x| Some(x.within.usage_us)).unwrap();
+        assert!((w - 150.0).abs() < 1e-9, "{w}");
+        assert_eq!(
+            usage_m(&s, &[(20.0, 30.0)], |x| Some(x.within.usage_us)),
+            None
+        );
+        assert_eq!(usage_m(&s, &[], |x| Some(x.within.usage_us)), None);
+        // The samples without the counter are skipped: 600m from t=2.
+        let p = pair_run();
+        let u = usage_m(&p, &[(0.0, 10.0)], |x| x.svc2.map(|m| m.container.usage_us)).unwrap();
+        assert!((u - 600.0).abs() < 1e-9, "{u}");
+        assert_eq!(
+            usage_m(&s, &[(0.0, 10.0)], |x| x.svc2.map(|m| m.container.usage_us)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_second_services_window_and_timeline() {
+        let p = pair_run();
+        let w = cpu_window(&p, 0.0, 10.0, |x| x.svc2.map(|m| m.container)).unwrap();
+        assert!((w.usage_m - 600.0).abs() < 1e-9);
+        assert!((w.throttled_ratio - 0.25).abs() < 1e-9, "{w:?}");
+        assert_eq!(
+            cpu_window(&run(), 0.0, 10.0, |x| x.svc2.map(|m| m.container)),
+            None
+        );
+        assert_eq!(
+            cpu_window(&p, 2.0, 2.5, |x| x.svc2.map(|m| m.container)),
+            None
+        );
+        let t = timeline(&p, 0.0);
+        assert_eq!(t[0].svc2_limit_m, None);
+        assert!(t[0].svc2_usage_m.is_nan());
+        assert_eq!(t[2].svc2_limit_m, Some(600));
+        assert!((t[2].svc2_usage_m - 600.0).abs() < 1e-9);
     }
 
     #[test]

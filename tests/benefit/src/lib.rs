@@ -12,6 +12,7 @@ pub mod args;
 pub mod burn;
 pub mod http;
 pub mod load;
+pub mod matrix;
 pub mod record;
 pub mod schedule;
 pub mod serve;
