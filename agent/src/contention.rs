@@ -158,8 +158,7 @@ pub struct Thresholds {
     /// A pod within its request counts once it waited for at least this
     /// percent of its request (`pressure_start_pct`).
     pub min_pct_of_request: f64,
-    /// CPUs of the node: bounds how many CPUs a request spans, and what
-    /// the machine could have left idle.
+    /// CPUs of the node: bounds how many CPUs a request spans.
     pub cpus: u64,
     /// The policy's reserve: free CPU below it is no idle CPU at all.
     pub reserve_m: Millis,
@@ -168,10 +167,9 @@ pub struct Thresholds {
 /// Idle CPU the pods could have had over the interval, less what managed
 /// pods' own quotas held back, millicores.
 ///
-/// Idle is `capacity − kubepods usage` and, where the root cgroup says
-/// (`NodeUsage::node_busy_m`), at most what the whole machine left idle:
-/// the node's own processes (kubelet, containerd; hundreds of millicores
-/// under emulation) take CPU kubepods does not see.
+/// Idle is [`NodeUsage::pods_idle_m`]: `capacity − kubepods usage`, and at
+/// most what the whole machine left idle where the root cgroup says (the
+/// node's own processes take CPU kubepods does not see).
 ///
 /// A managed pod throttled by its `cpu.max` runs on every CPU at the start
 /// of each period and leaves them idle once its quota is spent, so the
@@ -179,16 +177,12 @@ pub struct Thresholds {
 /// Its throttled time (summed over CPUs, so CPU time its runnable tasks
 /// were held) is CPU it would have used: that idle is its own, not the
 /// node's, and is taken off. An unthrottled pod leaves no such idle.
-pub fn free_m(slack: &NodeUsage, managed: &HashSet<&str>, cpus: u64) -> Millis {
+pub fn free_m(slack: &NodeUsage, managed: &HashSet<&str>) -> Millis {
     let dt = slack.interval_us;
     if dt == 0 {
         return 0;
     }
-    let machine_idle = slack
-        .node_busy_m
-        .filter(|_| cpus > 0)
-        .map(|busy| cpus.saturating_mul(1000).saturating_sub(busy));
-    let idle = machine_idle.map_or(slack.idle_m, |m| m.min(slack.idle_m));
+    let idle = slack.pods_idle_m();
     let held_back: u64 = slack
         .pods
         .iter()
@@ -295,7 +289,7 @@ pub fn attribute(
         .filter(|p| managed.contains(p.uid.as_str()))
         .map(|p| p.usage_m.unwrap_or(0).saturating_sub(request_of(&p.uid)))
         .sum();
-    out.free_m = free_m(slack, managed, t.cpus);
+    out.free_m = free_m(slack, managed);
     let managed_hold = out.managed_burst_m >= MIN_DISPLACED_M;
     let waited_before: HashMap<&str, Millis> = earlier
         .displaced

@@ -140,6 +140,10 @@ pub struct NodeUsage {
     /// when its counter went back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node_busy_m: Option<Millis>,
+    /// CPUs of the machine (online CPUs) less `node_busy_m`: what it left
+    /// idle, whoever could have used it; `None` when either is unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine_idle_m: Option<Millis>,
     pub kubepods_throttled_ratio: Option<f64>,
     /// One per pod of the current snapshot, in its order.
     pub pods: Vec<PodUsage>,
@@ -349,7 +353,7 @@ pub fn measure_with(
             }),
         _ => None,
     };
-    NodeUsage {
+    let mut usage = NodeUsage {
         interval_us: dt_us,
         capacity_m,
         capacity_source,
@@ -374,8 +378,34 @@ pub fn measure_with(
             _ => None,
         },
         kubepods_throttled_ratio: throttled_ratio(&prev.kubepods.cpu_stat, &cur.kubepods.cpu_stat),
+        machine_idle_m: None,
         pods,
         vanished,
+    };
+    usage.machine_idle_m = usage
+        .node_busy_m
+        .filter(|_| cap.online_cpus > 0)
+        .map(|busy| cap.online_cpus.saturating_mul(1000).saturating_sub(busy));
+    usage
+}
+
+impl NodeUsage {
+    /// Idle CPU pods could have had: `idle_m` (capacity − kubepods usage),
+    /// and at most what the whole machine left idle where the root cgroup
+    /// says (`machine_idle_m`): the node's own processes (kubelet,
+    /// containerd; hundreds of millicores under emulation) use CPU kubepods
+    /// does not hold, and capacity (allocatable) leaves them only what the
+    /// node reserves.
+    ///
+    /// Only the contention signal reads it (is a waiting pod short of
+    /// CPU?), never the slack: the node's own processes' usage grows with
+    /// the pods' (on the emulated nodes a lone managed pod that kubepods
+    /// showed using 1,300–1,900m left the machine 0–600m idle from one
+    /// second to the next), and a slack that took it off lowered a pod
+    /// alone on the node (2026-12-06).
+    pub fn pods_idle_m(&self) -> Millis {
+        self.machine_idle_m
+            .map_or(self.idle_m, |m| m.min(self.idle_m))
     }
 }
 
@@ -656,6 +686,24 @@ mod tests {
     #[test]
     fn online_cpus_is_positive_here() {
         assert!(online_cpus() >= 1);
+    }
+
+    #[test]
+    fn the_root_cgroup_tells_what_the_machine_left_idle() {
+        // kubepods used 1000m of 3800m allocatable on 4 CPUs; the whole
+        // machine 3500m (the node's own processes 2500m).
+        let mut a = snap(0, sample(None, 0, 0, 0), vec![]);
+        let mut b = snap(1_000_000, sample(None, 1_000_000, 0, 0), vec![]);
+        a.node_usage_us = Some(10_000_000);
+        b.node_usage_us = Some(13_500_000);
+        let s = measure(&a, &b, CAP);
+        assert_eq!((s.node_busy_m, s.machine_idle_m), (Some(3500), Some(500)));
+        assert_eq!(s.idle_m, 2800);
+        assert_eq!(s.pods_idle_m(), 500);
+        // Without a root cpu.stat (or a counter that went back): kubepods alone.
+        b.node_usage_us = Some(9_000_000);
+        let s = measure(&a, &b, CAP);
+        assert_eq!((s.machine_idle_m, s.pods_idle_m()), (None, 2800));
     }
 
     #[test]
