@@ -117,6 +117,10 @@ pub struct Displaced {
     /// waited for, and than the reserve: it could not have had the CPU
     /// from idle.
     pub short: bool,
+    /// It waited at least twice its threshold this interval: a wait that
+    /// counts at once, and the least that earns a pod another lowering
+    /// after one that helped it (`effect::Claims::may_lower_for`).
+    pub strong: bool,
     /// What it is owed, once past the threshold, within its request and
     /// short: `min(request − usage, displaced)`; else 0.
     pub deficit_m: Millis,
@@ -374,6 +378,7 @@ pub fn attribute(
             request_m,
             within_request,
             short,
+            strong,
             deficit_m,
         });
     }

@@ -149,20 +149,24 @@ impl Claims {
         self.by_owed.keys().map(String::as_str)
     }
 
-    /// Whether a new lowering may be made for this pod: no claim for it,
-    /// or one that helped (the pod may still be short after a first step;
-    /// a lowering that helped is a reason to go on, not to stop).
-    pub fn may_lower_for(&self, owed_uid: &str) -> bool {
+    /// Whether a new lowering may be made for this owed pod: no claim for
+    /// it, or one that helped and the pod still waits at least twice its
+    /// threshold ([`Displaced::strong`]). A pod may still be short after a
+    /// first step, but the marginal rest of its wait is as often latency
+    /// beside the CPU just freed: in the benefit bench (2026-12-06) every
+    /// follow-up lowering for a 50–60m wait after one that helped (370m →
+    /// 310m, 440m → 410m) bought nothing and was undone.
+    pub fn may_lower_for(&self, owed: &Displaced) -> bool {
         self.by_owed
-            .get(owed_uid)
-            .is_none_or(|c| matches!(c.stage, Stage::Helped { .. }))
+            .get(&owed.uid)
+            .is_none_or(|c| matches!(c.stage, Stage::Helped { .. }) && owed.strong)
     }
 
     /// What is owed this interval to pods a new lowering may be made for
     /// ([`Self::may_lower_for`]), and how many they are.
     pub fn fresh(&self, c: &Contention) -> (Millis, usize) {
         c.owed()
-            .filter(|d| self.may_lower_for(&d.uid))
+            .filter(|d| self.may_lower_for(d))
             .fold((0, 0), |(m, n), d| (m + d.deficit_m, n + 1))
     }
 
@@ -197,7 +201,7 @@ impl Claims {
             return;
         }
         for d in owed {
-            if d.deficit_m == 0 || !self.may_lower_for(&d.uid) {
+            if d.deficit_m == 0 || !self.may_lower_for(d) {
                 continue;
             }
             self.by_owed.insert(

@@ -6,6 +6,7 @@ fn s(t: u64) -> Duration {
     Duration::from_secs(t)
 }
 
+/// A pod within its 800m request (threshold 80m), short of CPU.
 fn owed(uid: &str, usage_m: Millis, displaced_m: Millis, deficit_m: Millis) -> Displaced {
     Displaced {
         uid: uid.into(),
@@ -17,6 +18,7 @@ fn owed(uid: &str, usage_m: Millis, displaced_m: Millis, deficit_m: Millis) -> D
         request_m: 800,
         within_request: true,
         short: true,
+        strong: displaced_m >= 160,
         deficit_m,
     }
 }
@@ -111,14 +113,23 @@ fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
     c.step(s(30), |_| sample(100, 0), |_| false, QUIET);
     c.step(s(31), |_| sample(650, 0), |_| false, QUIET);
     assert!(c.has("steady"));
-    // Still short after the first step: owed again, a second lowering
-    // replaces the claim and holds lower.
+    // Still short after the first step, but a marginal wait (under twice
+    // its 80m threshold) earns no follow-up...
+    let marginal = Contention {
+        displaced: vec![owed("steady", 650, 120, 120)],
+        ..Contention::default()
+    };
+    assert_eq!(c.fresh(&marginal), (0, 0));
+    c.open([&owed("steady", 650, 120, 120)], &svc(1650, 1550), s(31));
+    assert_eq!(c.holds().get("svc"), Some(&1650), "no claim opened");
+    // ...a strong one does: a second lowering replaces the claim and
+    // holds lower.
     let contention = Contention {
-        displaced: vec![owed("steady", 650, 150, 150)],
+        displaced: vec![owed("steady", 650, 170, 150)],
         ..Contention::default()
     };
     assert_eq!(c.fresh(&contention), (150, 1));
-    c.open([&owed("steady", 650, 150, 150)], &svc(1650, 1500), s(31));
+    c.open([&owed("steady", 650, 170, 150)], &svc(1650, 1500), s(31));
     assert_eq!(c.holds().get("svc"), Some(&1500));
     assert_eq!(c.fresh(&contention), (0, 0), "not before this one is known");
     c.resize_done("svc", true);
