@@ -126,6 +126,22 @@ pub struct Displaced {
     pub deficit_m: Millis,
 }
 
+impl Displaced {
+    /// Whether what it waited for is owed, and why not, in a few words
+    /// (`plan`, `explain`).
+    pub fn verdict(&self) -> String {
+        if self.deficit_m > 0 {
+            format!("short of CPU within its request: owed {}m", self.deficit_m)
+        } else if !self.within_request {
+            "above its request: owed nothing (CFS shares the surplus by weight)".to_string()
+        } else if !self.short {
+            "free CPU beside it: wake-up latency, owed nothing".to_string()
+        } else {
+            "under its threshold, or no managed pod bursts: owed nothing".to_string()
+        }
+    }
+}
+
 /// The contention of one interval.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Contention {

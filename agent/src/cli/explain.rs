@@ -176,7 +176,7 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     }
     let n = &round.node;
     println!(
-        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, cpu stall {:.1}% (own throttling {:.1}%), {} pod(s) displaced and owed CPU, owed {}m, slack {}m over {} managed pods",
+        "node: capacity {}m, usage {}m (other {}m), reserve {}m, raw slack {}m, cpu stall {:.1}% (own throttling {:.1}%), free {}m, {} pod(s) short of CPU and owed, owed {}m, slack {}m over {} managed pods",
         n.capacity_m,
         n.usage_m,
         n.other_usage_m,
@@ -184,10 +184,24 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
         n.raw_slack_m,
         n.contention.some_pct,
         n.contention.throttling_pct,
+        n.contention.free_m,
         n.contention.displaced_pods,
         n.contention.demand_m,
         n.slack_m,
         n.managed_pods
     );
+    // Who waited, and whether a lowering would be for them: stateless, so
+    // what earlier lowerings bought is in the agent's log and Events
+    // (`lowering checked`, HeadroomLoweringHelped / HeadroomLoweringUndone).
+    for w in &round.waited {
+        println!(
+            "waited: pod uid {} waited for {}m (usage {}m, request {}m): {}",
+            w.uid,
+            w.displaced_m,
+            w.usage_m,
+            w.request_m,
+            w.verdict()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -284,16 +284,7 @@ impl Report<'_> {
             "waited: {key} waited for {}m (usage {}m, request {}m; node free {free_m}m)",
             w.displaced_m, w.usage_m, w.request_m
         );
-        let verdict = if w.deficit_m > 0 {
-            format!("short of CPU within its request: owed {}m", w.deficit_m)
-        } else if !w.within_request {
-            "above its request: owed nothing (CFS shares the surplus by weight)".to_string()
-        } else if !w.short {
-            "free CPU beside it: wake-up latency, owed nothing".to_string()
-        } else {
-            "under its threshold, or no managed pod bursts: owed nothing".to_string()
-        };
-        format!("{what}: {verdict}")
+        format!("{what}: {}", w.verdict())
     }
 
     fn text(&self) -> String {
