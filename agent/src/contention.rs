@@ -224,10 +224,11 @@ fn pod_pressure(p: &PodCgroup) -> Option<Pressure> {
 /// uids of the pods Headroom manages, as [`attribute`] takes them: the
 /// eligible ones and those held only by a resize in flight (pending, in
 /// progress, not yet observed by the kubelet). A managed pod waiting for its
-/// own resize to apply is still Headroom's: read as a neighbour bursting
-/// above its request, its own wait was owed to it, and the managed pods beside
-/// it lowered for it (two managed busy pods on the real nodes, each resize
-/// taking tens of seconds to apply there, lowered each other in turn).
+/// own resize to apply is still Headroom's: its burst is one a lowering can
+/// take back, and its throttling leaves idle that is its own, not free
+/// ([`free_m`]). (Until 2026-12-06, when a neighbour above its request was
+/// still owed a share, two managed busy pods on the real nodes, each resize
+/// taking tens of seconds to apply there, lowered each other in turn.)
 pub fn managed<'a>(
     views: &'a [PodView],
     node_name: &str,

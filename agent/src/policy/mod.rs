@@ -15,9 +15,11 @@
 //! Round: capacity `C`, kubepods usage `K`, managed pods' usage `u_i` and
 //! whole-pod requests `r_i` give the real slack
 //! `S = C − reserve − (K − Σu_i) − Σ min(u_i, r_i) − owed`, where `owed` is
-//! the CPU pods within their requests waited for while others held it
-//! (`crate::contention`: per-pod PSI `full` beyond their own throttling;
-//! never a managed pod's own queueing or throttling). `S` is
+//! the CPU pods within their requests waited for while others held it and
+//! the node had less free CPU than that (`crate::contention`: per-pod PSI
+//! `full` beyond their own throttling; never a managed pod's own queueing
+//! or throttling), and a pod a lowering helped holds the lowered pods at
+//! their lowered limits ([`PodInput::held_at_m`]). `S` is
 //! water-filled over managed pods by request, each between its floor and
 //! ceiling, in whole quanta (`target = request + k·quantum`, floors and
 //! ceilings excepted). Container-level pods split their target over managed
