@@ -2122,8 +2122,13 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
         800,
         headroom::policy::PolicyConfig::default().pressure_start_pct,
     );
-    // Or the agent found, by lowering svc, that svc no longer held the
+    // After a lowering that helped, the agent lowers again only for a wait
+    // of twice the threshold (a marginal rest is as often latency beside
+    // the CPU just freed): "as far as needed" is then within twice it. Or
+    // the agent found, by lowering svc, that svc no longer held the
     // neighbour back (a check that found no effect).
+    let helped = checks.iter().any(|(_, l)| l.contains("effect=helped"));
+    let owed_from = if helped { 2 * owed_from } else { owed_from };
     assert!(
         after <= base + owed_from || lowest <= floor_band || found_useless,
         "{n}: the neighbour's full is {after}m with svc settled at {settled}m, {base}m at its baseline (+{owed_from}m owed from), svc was lowered no further than {lowest}m (above its 500m floor and the {floor_band}m the agent stops lowering at), and no lowering was found to buy nothing"
