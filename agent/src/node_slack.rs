@@ -218,10 +218,10 @@ pub fn capacity(kubepods: &CgroupSample, cap: CapacityInputs) -> (Millis, Capaci
     .unwrap_or((0, CapacitySource::Unknown))
 }
 
-/// Δ`usage_usec` over `dt_us` in millicores (rounded to nearest); `None` on
-/// a counter reset.
-fn rate_m(prev: &CpuStat, cur: &CpuStat, dt_us: u64) -> Option<Millis> {
-    let d = cur.usage_usec.checked_sub(prev.usage_usec)?;
+/// Δ`usage_usec` (µs of CPU) over `dt_us` in millicores (rounded to
+/// nearest); `None` on a counter reset.
+fn rate_m(prev_usec: u64, cur_usec: u64, dt_us: u64) -> Option<Millis> {
+    let d = cur_usec.checked_sub(prev_usec)?;
     if dt_us == 0 {
         return None;
     }
@@ -273,7 +273,7 @@ fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage 
     PodUsage {
         uid: cur.uid.clone(),
         qos: cur.qos,
-        usage_m: pair.and_then(|(p, c)| rate_m(p, c, dt_us)),
+        usage_m: pair.and_then(|(p, c)| rate_m(p.usage_usec, c.usage_usec, dt_us)),
         throttled_ratio: pair.and_then(|(p, c)| throttled_ratio(p, c)),
         throttled_us: prev.and_then(|p| pod_throttled_us(p, cur)),
     }
@@ -328,7 +328,11 @@ pub fn measure_with(
 
     let (usage_m, usage_basis) = if dt_us == 0 {
         (0, UsageBasis::None)
-    } else if let Some(u) = rate_m(&prev.kubepods.cpu_stat, &cur.kubepods.cpu_stat, dt_us) {
+    } else if let Some(u) = rate_m(
+        prev.kubepods.cpu_stat.usage_usec,
+        cur.kubepods.cpu_stat.usage_usec,
+        dt_us,
+    ) {
         (u, UsageBasis::Kubepods)
     } else {
         let sum = pods.iter().filter_map(|p| p.usage_m).sum();
@@ -364,17 +368,7 @@ pub fn measure_with(
         pressure_full_avg10: pressure.and_then(|p| p.full.map(|f| f.avg10)),
         stall,
         node_busy_m: match (prev.node_usage_us, cur.node_usage_us) {
-            (Some(p), Some(c)) => rate_m(
-                &CpuStat {
-                    usage_usec: p,
-                    ..CpuStat::default()
-                },
-                &CpuStat {
-                    usage_usec: c,
-                    ..CpuStat::default()
-                },
-                dt_us,
-            ),
+            (Some(p), Some(c)) => rate_m(p, c, dt_us),
             _ => None,
         },
         kubepods_throttled_ratio: throttled_ratio(&prev.kubepods.cpu_stat, &cur.kubepods.cpu_stat),

@@ -1794,10 +1794,21 @@ async fn settled(api: &Api<Pod>, agent: &GuestAgent<'_>, name: &str) -> u64 {
 /// The agent's `resized` journal lines for `pod` (ns/name) from `since`
 /// (guest epoch s) on, each with its time.
 async fn resized_since(agent: &GuestAgent<'_>, pod: &str, since: f64) -> Vec<(f64, String)> {
+    journal_since(agent, "resized", pod, since).await
+}
+
+/// The agent's journal lines holding `what` about `pod` (ns/name) from
+/// `since` (guest epoch s) on, each with its time.
+async fn journal_since(
+    agent: &GuestAgent<'_>,
+    what: &str,
+    pod: &str,
+    since: f64,
+) -> Vec<(f64, String)> {
     let out = agent
         .node
         .sh(&format!(
-            "journalctl -u {} --no-pager -o short-unix | grep 'resized' | grep 'pod={pod} '",
+            "journalctl -u {} --no-pager -o short-unix | grep '{what}' | grep 'pod={pod} '",
             agent.unit().expect("an agent run as a unit")
         ))
         .await
@@ -1835,21 +1846,7 @@ async fn lowerings_checked(
 ) -> Vec<(f64, String)> {
     let until = Instant::now() + timeout;
     loop {
-        let out = agent
-            .node
-            .sh(&format!(
-                "journalctl -u {} --no-pager -o short-unix | grep 'lowering checked' | grep 'pod={pod} '",
-                agent.unit().expect("an agent run as a unit")
-            ))
-            .await
-            .unwrap_or_default();
-        let checks: Vec<(f64, String)> = out
-            .lines()
-            .filter_map(|l| {
-                let at: f64 = l.split_whitespace().next()?.parse().ok()?;
-                (at >= since).then(|| (at, l.to_string()))
-            })
-            .collect();
+        let checks = journal_since(agent, "lowering checked", pod, since).await;
         let claims = resized_since(agent, pod, since)
             .await
             .iter()
@@ -1876,10 +1873,7 @@ async fn lowest_limit_after(agent: &GuestAgent<'_>, pod: &str, since: f64) -> Op
     resized_since(agent, pod, since)
         .await
         .iter()
-        .filter_map(|(_, l)| {
-            let new = l.split_whitespace().find_map(|w| w.strip_prefix("new="))?;
-            new.strip_suffix('m')?.parse().ok()
-        })
+        .filter_map(|(_, l)| field_m(l, "new"))
         .min()
 }
 

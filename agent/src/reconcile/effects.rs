@@ -43,7 +43,6 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     }
                 }
                 Effect::PodLevelUnsupported => self.pod_level.supported = Some(false),
-                Effect::LoweringChecked(effect) => self.metrics.lowering_checked(effect),
             }
         }
     }

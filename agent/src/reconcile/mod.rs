@@ -274,29 +274,27 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     }
 
     /// Carries out the verdicts on lowerings checked this tick: counted
-    /// once each, logged and announced on every pod they lowered.
+    /// once each, logged and announced on every pod they lowered that is
+    /// still here.
     async fn report_checked(&mut self, views: &[PodView], judged: &[Judged], now: Duration) {
         for j in judged {
+            self.metrics
+                .lowering_checked(outcome::lowering_label(j.effect));
             let owed = views
                 .iter()
                 .find(|v| v.uid.as_str() == j.owed_uid)
                 .map_or_else(|| j.owed_uid.clone(), PodView::key);
-            for (i, l) in j.lowered.iter().enumerate() {
+            for l in &j.lowered {
                 let effects = outcome::on_lowering_checked(
                     &mut self.records,
                     j,
                     l,
                     &owed,
-                    i == 0,
                     now,
                     &self.settings.policy,
                 );
-                match views.iter().find(|v| v.uid.as_str() == l.uid) {
-                    Some(v) => self.apply(v, effects, now).await,
-                    None if i == 0 => self
-                        .metrics
-                        .lowering_checked(outcome::lowering_label(j.effect)),
-                    None => {}
+                if let Some(v) = views.iter().find(|v| v.uid.as_str() == l.uid) {
+                    self.apply(v, effects, now).await;
                 }
             }
         }

@@ -55,8 +55,6 @@ pub enum Effect {
     /// This node cannot resize pods with pod-level resources: they all
     /// become unmanaged.
     PodLevelUnsupported,
-    /// `headroom_lowerings_total{effect}` + 1.
-    LoweringChecked(LoweringEffect),
 }
 
 /// A log line about the pod, one variant per message.
@@ -136,8 +134,8 @@ pub fn lowering_label(e: Bought) -> LoweringEffect {
     }
 }
 
-/// What a checked lowering means for one pod it lowered (`lowered`): the
-/// counter (once per claim: `first`), a log line, an Event, and when it
+/// What a checked lowering means for one pod it lowered (`lowered`): a
+/// log line, an Event, and when it
 /// bought nothing its undoing — the raise cooldown waived, so the limit
 /// the lowering took comes back at the next round rather than 15 s or more
 /// later (the cooldown guards a raise against a neighbour that needs the
@@ -147,15 +145,10 @@ pub fn on_lowering_checked(
     j: &Judged,
     lowered: &Lowered,
     owed: &str,
-    first: bool,
     now: Duration,
     cfg: &PolicyConfig,
 ) -> Vec<Effect> {
-    let effect = lowering_label(j.effect);
     let mut out = Vec::new();
-    if first {
-        out.push(Effect::LoweringChecked(effect));
-    }
     out.push(Effect::Log(Log::LoweringChecked {
         owed: owed.to_string(),
         effect: j.effect.as_str(),
