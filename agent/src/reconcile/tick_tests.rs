@@ -803,3 +803,53 @@ async fn a_calm_tick_reads_the_managed_pods_only_and_a_stall_reads_everyone() {
     want.sort();
     assert_eq!(got, want, "kubepods stalled 50 %");
 }
+
+/// `run` and `plan` read one signal pipeline: fed the same two samples of
+/// the tree (and the same pods), the agent's tick and the stateless round
+/// `plan`/`explain` print decide the same round.
+#[tokio::test]
+async fn run_and_plan_decide_the_same_round_from_the_same_two_samples() {
+    let mut h = Harness::new();
+    let root = h._tmp.path().to_path_buf();
+    let layout = crate::cgroup::discover(&root).unwrap();
+    let at = |h: &Harness| h.clock.load(Ordering::SeqCst) * 1_000_000 + 1_000_000;
+    // The agent reads the tree at its clock's next second; so does `plan`.
+    let prev = crate::cgroup::scan(&root, &layout, at(&h)).unwrap();
+    assert!(h.tick().await.is_none(), "first sample: no rates yet");
+    h.busy_m = 1500;
+    write(&h.pod_dir, "cpu.stat", &cpu_stat(150_000));
+    h.script([Reply::Applied { generation: 2 }]);
+    // What the agent's second tick reads: kubepods advanced by `busy_m`.
+    write(
+        &h.kubepods,
+        "cpu.stat",
+        &cpu_stat(h.kubepods_usage_usec + 1_500_000),
+    );
+    let cur = crate::cgroup::scan(&root, &layout, at(&h)).unwrap();
+    h.kubepods_usage_usec += 1_500_000;
+    h.busy_m = 0; // `tick` adds nothing more: the tree stays as `cur` read it
+    let ran = h.tick().await.expect("a round");
+
+    let views: Vec<crate::model::PodView> = h
+        .agent
+        .caches
+        .pods()
+        .iter()
+        .map(|p| crate::model::PodView::try_from(p.as_ref()).unwrap())
+        .collect();
+    let node = super::stateless::Node {
+        name: NODE,
+        views: &views,
+        allocatable_m: Some(4000),
+        opted_in_namespaces: &Default::default(),
+    };
+    let (usage, planned) =
+        super::stateless::stateless_round(&node, prev, cur, &root, &h.agent.settings.policy);
+    assert_eq!(usage.usage_m, 1500, "{usage:?}");
+    assert_eq!(
+        serde_json::to_value(&planned).unwrap(),
+        serde_json::to_value(&ran).unwrap(),
+        "plan and run decided differently"
+    );
+    assert_eq!(planned.decisions[0].target_m(), Some(400), "{planned:?}");
+}

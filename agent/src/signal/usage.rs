@@ -23,7 +23,7 @@ pub struct CapacityInputs {
     /// Online CPUs of the host ([`online_cpus`]); 0 = unknown.
     pub online_cpus: u64,
     /// CPUs in the shared pool Burstable pods run on under the static CPU
-    /// manager ([`crate::shared_pool`]); `None` = not read.
+    /// manager ([`crate::signal::shared_pool`]); `None` = not read.
     pub shared_pool_cpus: Option<u64>,
 }
 
@@ -78,7 +78,7 @@ pub struct PodUsage {
 /// kubepods CPU stall over one interval, split into what the pods' own CFS
 /// quotas explain and the rest. Display only: the rest still mixes a pod's
 /// own queued threads with pods displaced by others, which only per-pod
-/// pressure tells apart (`crate::contention`).
+/// pressure tells apart (`crate::signal::contention`).
 ///
 /// The kernel counts a throttled task as runnable and not running, so a pod
 /// throttled at its own limit raises kubepods `cpu.pressure` even on an idle

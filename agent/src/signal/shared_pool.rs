@@ -17,7 +17,7 @@
 //! container read mid-update may still hold a wider set. Under the default
 //! `none` policy every set is the root's and nothing changes. Capacity, and
 //! with it slack and the default ceiling, is then at most the pool
-//! ([`crate::node_slack::CapacitySource::SharedPool`]): a managed pod is never
+//! ([`crate::signal::usage::CapacitySource::SharedPool`]): a managed pod is never
 //! promised CPU its cpuset does not hold.
 
 use std::collections::BTreeSet;
@@ -394,14 +394,14 @@ mod tests {
         );
         assert!(pool.skipped.is_empty(), "{pool:?}");
         // Capacity follows it: allocatable 3500m, 4 CPUs online, pool of 3.
-        let cap = crate::node_slack::CapacityInputs {
+        let cap = crate::signal::usage::CapacityInputs {
             node_allocatable_m: Some(3500),
-            online_cpus: crate::node_slack::online_cpus_at(t.path()),
+            online_cpus: crate::signal::usage::online_cpus_at(t.path()),
             shared_pool_cpus: Some(pool.cpus),
         };
         assert_eq!(
-            crate::node_slack::capacity(&snap.kubepods, cap),
-            (3000, crate::node_slack::CapacitySource::SharedPool)
+            crate::signal::usage::capacity(&snap.kubepods, cap),
+            (3000, crate::signal::usage::CapacitySource::SharedPool)
         );
     }
 
