@@ -314,25 +314,21 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
     }
 
-    /// Drops everything remembered about a pod: its record, and the event
-    /// limiter's memory of it. A resize still in flight ends with it.
+    /// Drops everything remembered about a pod: its record (the Events
+    /// sent for it included). A resize still in flight ends with it.
     fn forget(&mut self, uid: &Uid) {
         if let Some(r) = self.records.forget(uid).and_then(|r| r.resize) {
             self.metrics
                 .resize(crate::metrics::ResizeResult::pod_gone, r.direction());
         }
-        self.events.forget(uid);
     }
 
-    /// Drops state and series of pods that left the node: every pod with a
-    /// record, and every pod the event limiter remembers (a pod it sent an
-    /// Event about may have no record).
+    /// Drops state and series of pods that left the node.
     fn forget_gone(&mut self, views: &[PodView]) {
         let live: HashSet<&Uid> = views.iter().map(|v| &v.uid).collect();
         let gone: HashSet<Uid> = self
             .records
             .uids()
-            .chain(self.events.uids())
             .filter(|u| !live.contains(u))
             .cloned()
             .collect();

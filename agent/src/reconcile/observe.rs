@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::Agent;
 use crate::cgroup::read::Handles;
-use crate::cgroup::{Depth, NodeSnapshot, ScanError, Scanner};
+use crate::cgroup::{CgroupError, Depth, NodeSnapshot, ScanError, Scanner};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
@@ -390,7 +390,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// runtime thread); `None` when unread, and then nothing narrows capacity.
     /// Skipped cpusets are logged and counted, never fatal.
     async fn shared_pool(&self, snap: &NodeSnapshot) -> Option<u64> {
-        use crate::signal::shared_pool::{self, SkipKind};
+        use crate::signal::shared_pool;
         let paths = shared_pool::candidates(snap);
         if paths.is_empty() {
             return None;
@@ -404,13 +404,10 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         };
         let pool = pool?;
         for s in &pool.skipped {
-            let kind = match s.kind {
-                SkipKind::Vanished => continue,
-                SkipKind::PermissionDenied => ScanErrorKind::permission_denied,
-                SkipKind::NotRegular => ScanErrorKind::not_regular_file,
-                SkipKind::Io => ScanErrorKind::io,
-                SkipKind::Malformed => ScanErrorKind::malformed,
-            };
+            if matches!(s.error, CgroupError::Vanished(_)) {
+                continue; // churn: the container went away since the scan
+            }
+            let kind = ScanErrorKind::of(&s.error);
             self.metrics.scan_error(kind);
             tracing::warn!(path = %s.path.display(), "{}; left out of the shared CPU pool", s.why);
         }

@@ -853,3 +853,51 @@ async fn run_and_plan_decide_the_same_round_from_the_same_two_samples() {
     );
     assert_eq!(planned.decisions[0].target_m(), Some(400), "{planned:?}");
 }
+
+/// Everything the agent keeps about a pod goes with it: a pod raised (a
+/// resize in flight, its last patch, an Event sent, its metric series),
+/// then deleted and its cgroup gone, leaves nothing behind — no record, no
+/// claim, no series naming it.
+#[tokio::test]
+async fn a_pod_that_leaves_leaves_nothing_behind() {
+    let mut h = Harness::raised().await;
+    let uid = Uid::from(UID);
+    let r = h.agent.records.get(&uid).expect("a record while raised");
+    assert!(r.resize.is_some() && r.last_patch.is_some(), "{r:?}");
+    assert!(
+        h.events()
+            .iter()
+            .any(|(_, reason, _)| reason == REASON_RESIZED),
+        "an Event was sent: {:?}",
+        h.events()
+    );
+    let series = |h: &Harness| {
+        h.agent
+            .metrics
+            .encode_prometheus()
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("pod=\"web\""))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(!series(&h).is_empty(), "the pod has series while here");
+
+    h.pods
+        .apply_watcher_event(&watcher::Event::Delete(pod(2, 400, 2)));
+    std::fs::remove_dir_all(&h.pod_dir).unwrap();
+    h.tick().await;
+    h.tick().await;
+
+    assert!(h.agent.records.get(&uid).is_none(), "its record is gone");
+    assert_eq!(h.agent.records.uids().count(), 0, "no record of anyone");
+    assert_eq!(h.agent.scan.claims, Default::default(), "no claim");
+    assert_eq!(series(&h), Vec::<String>::new(), "no series names it");
+    assert!(
+        h.agent
+            .scan
+            .prev
+            .as_ref()
+            .is_some_and(|s| s.pods.is_empty()),
+        "its cgroup is not read any more"
+    );
+}
