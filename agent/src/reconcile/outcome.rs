@@ -252,6 +252,70 @@ pub fn on_dry_run(records: &mut Records, plan: &PatchPlan) -> Vec<Effect> {
     ]
 }
 
+/// What a resize the apiserver applied (as `generation`) does: follow it
+/// until it shows in `cpu.max`, count, log and announce it.
+fn on_applied(plan: &PatchPlan, generation: i64) -> Vec<Effect> {
+    let dir = plan.direction;
+    let old = fmt_limit(plan.old_total_m);
+    let new = fmt_limit(Some(plan.new_total_m));
+    let note = format!("CPU limit {old} → {new}: {}", plan.why);
+    vec![
+        Effect::Track {
+            generation,
+            direction: dir,
+        },
+        Effect::Resize(ResizeResult::applied, dir),
+        Effect::Log(Log::Resized {
+            old,
+            new,
+            generation,
+            why: plan.why.clone(),
+        }),
+        Effect::Event {
+            type_: EventType::Normal,
+            reason: REASON_RESIZED,
+            note,
+        },
+    ]
+}
+
+/// What a refused resize does: count, log and announce it, and when the
+/// cluster or node cannot resize pod-level resources, stop managing them.
+fn on_refused(
+    plan: &PatchPlan,
+    refusal: Refusal,
+    message: String,
+    floor_m: Option<Millis>,
+) -> Vec<Effect> {
+    let mut out = vec![Effect::Resize(ResizeResult::refused, plan.direction)];
+    if matches!(
+        refusal,
+        Refusal::PodLevelGateOff | Refusal::NodeLacksFeature
+    ) {
+        // Cluster gate off or node lacks the feature: every pod-level pod
+        // of this node becomes unmanaged.
+        out.push(Effect::PodLevelUnsupported);
+    }
+    let note = format!(
+        "resize to {}m refused ({}): {message}",
+        plan.new_total_m,
+        refusal.as_str()
+    );
+    out.extend([
+        Effect::Log(Log::Refused {
+            reason: refusal.as_str(),
+            learned_floor: floor_m,
+            message,
+        }),
+        Effect::Event {
+            type_: EventType::Warning,
+            reason: REASON_REFUSED,
+            note,
+        },
+    ]);
+    out
+}
+
 /// The apiserver answered `plan`'s patch of `view` (after the conflict retry,
 /// if there was one): remember what it teaches and say what to do.
 pub fn on_outcome(
@@ -271,68 +335,23 @@ pub fn on_outcome(
         .map(Effect::PatchError)
         .into_iter()
         .collect();
-    let old = fmt_limit(plan.old_total_m);
-    let new = fmt_limit(Some(plan.new_total_m));
     match answer.outcome {
         Outcome::Applied => {
             let generation = answer.generation.unwrap_or(view.generation + 1);
             records.succeeded(uid);
             records.entry(uid).patched(plan, now.as_secs_f64(), policy);
-            let note = format!("CPU limit {old} → {new}: {}", plan.why);
-            out.extend([
-                Effect::Track {
-                    generation,
-                    direction: dir,
-                },
-                Effect::Resize(ResizeResult::applied, dir),
-                Effect::Log(Log::Resized {
-                    old,
-                    new,
-                    generation,
-                    why: plan.why.clone(),
-                }),
-                Effect::Event {
-                    type_: EventType::Normal,
-                    reason: REASON_RESIZED,
-                    note,
-                },
-            ]);
+            out.extend(on_applied(plan, generation));
         }
         Outcome::Refused {
             refusal,
             message,
             floor_m,
         } => {
-            out.push(Effect::Resize(ResizeResult::refused, dir));
             match floor_m {
                 Some(f) => records.learn_floor(uid, f),
                 None => records.refused(uid, now),
             }
-            if matches!(
-                refusal,
-                Refusal::PodLevelGateOff | Refusal::NodeLacksFeature
-            ) {
-                // Cluster gate off or node lacks the feature: every
-                // pod-level pod of this node becomes unmanaged.
-                out.push(Effect::PodLevelUnsupported);
-            }
-            let note = format!(
-                "resize to {}m refused ({}): {message}",
-                plan.new_total_m,
-                refusal.as_str()
-            );
-            out.extend([
-                Effect::Log(Log::Refused {
-                    reason: refusal.as_str(),
-                    learned_floor: floor_m,
-                    message,
-                }),
-                Effect::Event {
-                    type_: EventType::Warning,
-                    reason: REASON_REFUSED,
-                    note,
-                },
-            ]);
+            out.extend(on_refused(plan, refusal, message, floor_m));
         }
         Outcome::NotFound => out.push(Effect::Forget),
         Outcome::Conflict => {
