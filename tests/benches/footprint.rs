@@ -732,7 +732,7 @@ async fn measure(
         some0
             .zip(some1)
             .map_or(f64::NAN, |(a, b)| (b - a) as f64 / secs / 1e4),
-        headroom::contention::GATE_PCT
+        headroom::signal::contention::GATE_PCT
     );
 
     if profile {

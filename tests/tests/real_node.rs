@@ -2099,7 +2099,7 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
     // raise at the cooldown handed svc the CPU back while the neighbour ran
     // (cold CI 5); a lowering that helped now holds (asserted above), so
     // the lowest and the settled limit are one.
-    let floor_band = 500 + headroom::contention::MIN_DISPLACED_M;
+    let floor_band = 500 + headroom::signal::contention::MIN_DISPLACED_M;
     let lowest = lowest_limit_after(&agent, &svc_name, t0)
         .await
         .unwrap_or(to);
@@ -2112,7 +2112,7 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
     // is owed nothing below its threshold (`pressure_start_pct` of its 800m
     // request, at least MIN_OWED_M). One run stopped at 540m with the
     // neighbour 54m above its baseline.
-    let owed_from = headroom::contention::owed_threshold_m(
+    let owed_from = headroom::signal::contention::owed_threshold_m(
         800,
         headroom::policy::PolicyConfig::default().pressure_start_pct,
     );
