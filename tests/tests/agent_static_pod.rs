@@ -31,18 +31,19 @@ fn field_m(line: &str, key: &str) -> Option<i64> {
     field(line, key)?.trim_end_matches('m').parse().ok()
 }
 
-/// The agent's `pod displaced` lines about the static pod: by its cgroup
-/// (config hash) or by its name.
+/// The agent's `pod displaced` lines about the static pod: naming its
+/// cgroup (config hash) or the pod.
 fn displaced_lines(log: &str, hash: &str, pod: &str) -> Vec<String> {
     log.lines()
         .filter(|l| l.contains("pod displaced"))
-        .filter(|l| {
-            field(l, "uid") == Some(hash)
-                || field(l, "pod") == Some(pod)
-                || field(l, "cgroup") == Some(hash)
-        })
+        .filter(|l| l.contains(hash) || l.contains(pod))
         .map(str::to_string)
         .collect()
+}
+
+/// The timestamp a log line starts with (RFC 3339, so it sorts as text).
+fn at(line: &str) -> &str {
+    line.split_whitespace().next().unwrap_or_default()
 }
 
 /// A one-CPU node; a static pod within its request (500m, wants 400m) and
@@ -143,19 +144,22 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
         "request read for the static pod: {owed_line}"
     );
 
-    // 3. The managed pod is lowered for it: a pressure lowering.
-    let lowered = wait_until("m lowered for a displaced pod", secs(15), || {
+    // 3. The managed pod is lowered while the static pod is owed (a
+    //    pressure lowering, or the slack path's, whichever targets lower).
+    let m_key = format!("{}/m", c.ns);
+    let lowered = wait_until("m lowered after the static pod was owed", secs(15), || {
         let l = agent
             .log()
             .lines()
-            .filter(|l| l.contains(" resized ") && field(l, "pod") == Some(&format!("{}/m", c.ns)))
-            .find(|l| l.contains("pod(s) displaced"))
+            .filter(|l| l.contains(" resized ") && field(l, "pod") == Some(m_key.as_str()))
+            .filter(|l| at(l) >= at(&owed_line))
+            .find(|l| l.contains("why=lower"))
             .map(str::to_string);
         async move { l }
     })
     .await;
     match lowered {
-        Ok((l, took)) => eprintln!("measured: pressure lowering {took:?} after owed: {l}"),
+        Ok((l, took)) => eprintln!("measured: m lowered {took:?} after owed: {l}"),
         Err(e) => c.fail(format!(
             "{e}: the static pod was owed but m was never lowered for it"
         )),
@@ -195,10 +199,10 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
     let note = helped[0].note.clone().unwrap_or_default();
     assert!(note.contains(&sp_key), "Event names the static pod: {note}");
     let s = c.scrape().await;
-    assert_eq!(
-        metric(&s, "headroom_lowerings_total", &[("effect", "helped")]),
-        Some(1.0),
-        "one checked lowering that helped"
+    let helped_n = metric(&s, "headroom_lowerings_total", &[("effect", "helped")]);
+    assert!(
+        helped_n.is_some_and(|n| n >= 1.0),
+        "a checked lowering that helped: {helped_n:?}"
     );
 
     // 5. Audited without drift (matched to pod<hash>), never patched.
