@@ -581,7 +581,8 @@ async fn static_pod_facts(api: &Api<Pod>, node: &NodeVm, sim: &SimKubelet) -> Ve
     let dir = node.pod_cgroup(&hash).await;
     let by_uid = node.pod_cgroup(&uid).await;
     eprintln!(
-        "MEASURE static pod {n}: mirror {name} uid {uid}, config.mirror {hash:?},          config.hash {:?}, config.source {:?}, owner {:?}, cgroup {dir:?}, cgroup by mirror uid {by_uid:?}",
+        "MEASURE static pod {n}: mirror {name} uid {uid}, config.mirror {hash:?}, \
+         config.hash {:?}, config.source {:?}, owner {:?}, cgroup {:?}, cgroup by mirror uid {:?}",
         ann.get("kubernetes.io/config.hash"),
         ann.get("kubernetes.io/config.source"),
         owner
@@ -591,6 +592,8 @@ async fn static_pod_facts(api: &Api<Pod>, node: &NodeVm, sim: &SimKubelet) -> Ve
                 o.kind, o.name, o.uid, o.controller
             ))
             .collect::<Vec<_>>(),
+        dir.as_ref().map_err(|e| format!("{e:#}")),
+        by_uid.as_ref().map_err(|e| format!("{e:#}")),
     );
     let hex32 = |h: &str| h.len() == 32 && h.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'));
     if !hex32(&hash) {
