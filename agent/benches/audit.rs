@@ -56,7 +56,7 @@ fn cgroup(p: &PodView) -> PodCgroup {
     let e = expected_cpu_max(p, PERIOD);
     let path = PathBuf::from(format!(
         "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
-        p.uid.replace('-', "_")
+        p.uid.as_str().replace('-', "_")
     ));
     let mut containers: Vec<ContainerCgroup> = e
         .containers
@@ -82,7 +82,7 @@ fn cgroup(p: &PodView) -> PodCgroup {
         throttled_usec: None,
     });
     PodCgroup {
-        uid: p.uid.to_string(),
+        id: p.cgroup_id.clone(),
         qos: p.qos,
         path,
         sample: Ok(CgroupSample {

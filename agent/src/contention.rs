@@ -35,7 +35,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::cgroup::{CgroupSample, NodeSnapshot, PodCgroup, Pressure};
-use crate::model::{Millis, PodView};
+use crate::model::{CgroupPodId, Millis, PodView};
 use crate::node_slack::NodeUsage;
 
 /// kubepods stall (Δ`some total` / interval) at or above which per-pod
@@ -94,7 +94,10 @@ pub mod effect;
 /// One pod that waited for CPU other cgroups held.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Displaced {
-    pub uid: String,
+    /// Its cgroup's pod id. Serialized as `uid`, its name before the two
+    /// key types.
+    #[serde(rename = "uid")]
+    pub id: CgroupPodId,
     /// Δ`full` over the interval, µs (wall time): every wait of all its
     /// runnable tasks at once, its own throttling included.
     pub waited_us: u64,
@@ -197,7 +200,7 @@ pub struct Thresholds {
 /// Its throttled time (summed over CPUs, so CPU time its runnable tasks
 /// were held) is CPU it would have used: that idle is its own, not the
 /// node's, and is taken off. An unthrottled pod leaves no such idle.
-pub fn free_m(slack: &NodeUsage, managed: &HashSet<&str>) -> Millis {
+pub fn free_m(slack: &NodeUsage, managed: &HashSet<&CgroupPodId>) -> Millis {
     let dt = slack.interval_us;
     if dt == 0 {
         return 0;
@@ -206,7 +209,7 @@ pub fn free_m(slack: &NodeUsage, managed: &HashSet<&str>) -> Millis {
     let held_back: u64 = slack
         .pods
         .iter()
-        .filter(|p| managed.contains(p.uid.as_str()))
+        .filter(|p| managed.contains(&p.id))
         .filter_map(|p| p.throttled_us)
         .map(|us| (u128::from(us) * 1000 / u128::from(dt)).min(u128::from(u64::MAX)) as u64)
         .fold(0, u64::saturating_add);
@@ -221,7 +224,7 @@ fn pod_pressure(p: &PodCgroup) -> Option<Pressure> {
     p.sample.as_ref().ok()?.pressure
 }
 
-/// uids of the pods Headroom manages, as [`attribute`] takes them: the
+/// Cgroup ids of the pods Headroom manages, as [`attribute`] takes them: the
 /// eligible ones and those held only by a resize in flight (pending, in
 /// progress, not yet observed by the kubelet). A managed pod waiting for its
 /// own resize to apply is still Headroom's: its burst is one a lowering can
@@ -235,7 +238,7 @@ pub fn managed<'a>(
     opted_in_namespaces: &HashSet<String>,
     pod_level_resize_supported: Option<bool>,
     wall_clock_s: i64,
-) -> HashSet<&'a str> {
+) -> HashSet<&'a CgroupPodId> {
     views
         .iter()
         .filter(|v| {
@@ -254,15 +257,15 @@ pub fn managed<'a>(
                         | Unmanaged::ResizeUnobserved)
             )
         })
-        .map(|v| v.uid.as_str())
+        .map(|v| &v.cgroup_id)
         .collect()
 }
 
-/// uid → CPU request of each pod, as [`attribute`] takes them.
-pub fn requests(views: &[PodView]) -> HashMap<&str, Millis> {
+/// Cgroup pod id → CPU request of each pod, as [`attribute`] takes them.
+pub fn requests(views: &[PodView]) -> HashMap<&CgroupPodId, Millis> {
     views
         .iter()
-        .map(|v| (v.uid.as_str(), v.cpu_request()))
+        .map(|v| (&v.cgroup_id, v.cpu_request()))
         .collect()
 }
 
@@ -273,9 +276,9 @@ pub fn owed_threshold_m(request_m: Millis, min_pct_of_request: f64) -> Millis {
     ((request_m as f64 * min_pct_of_request / 100.0).ceil() as Millis).max(MIN_OWED_M)
 }
 
-/// Attributes the interval's stall to pods. `requests` maps uid → the pod's
+/// Attributes the interval's stall to pods. `requests` maps a cgroup id → the pod's
 /// CPU request (pods not in it, e.g. not in the watch cache yet, count as
-/// requesting nothing); `managed` holds the uids Headroom manages;
+/// requesting nothing); `managed` holds the cgroup ids of the pods Headroom manages;
 /// `earlier` is the previous interval's attribution (empty on the first).
 ///
 /// A wait past the threshold counts at once when it is at least twice the
@@ -289,8 +292,8 @@ pub fn attribute(
     prev: &NodeSnapshot,
     cur: &NodeSnapshot,
     slack: &NodeUsage,
-    requests: &HashMap<&str, Millis>,
-    managed: &HashSet<&str>,
+    requests: &HashMap<&CgroupPodId, Millis>,
+    managed: &HashSet<&CgroupPodId>,
     earlier: &Contention,
     t: Thresholds,
 ) -> Contention {
@@ -303,28 +306,28 @@ pub fn attribute(
     if dt == 0 {
         return out;
     }
-    let request_of = |uid: &str| requests.get(uid).copied().unwrap_or(0);
+    let request_of = |id: &CgroupPodId| requests.get(id).copied().unwrap_or(0);
     out.managed_burst_m = slack
         .pods
         .iter()
-        .filter(|p| managed.contains(p.uid.as_str()))
-        .map(|p| p.usage_m.unwrap_or(0).saturating_sub(request_of(&p.uid)))
+        .filter(|p| managed.contains(&p.id))
+        .map(|p| p.usage_m.unwrap_or(0).saturating_sub(request_of(&p.id)))
         .sum();
     out.free_m = free_m(slack, managed);
     let managed_hold = out.managed_burst_m >= MIN_DISPLACED_M;
-    let waited_before: HashMap<&str, Millis> = earlier
+    let waited_before: HashMap<&CgroupPodId, Millis> = earlier
         .displaced
         .iter()
-        .map(|d| (d.uid.as_str(), d.displaced_m))
+        .map(|d| (&d.id, d.displaced_m))
         .collect();
-    let before: HashMap<&str, Pressure> = prev
+    let before: HashMap<&CgroupPodId, Pressure> = prev
         .pods
         .iter()
-        .filter_map(|p| Some((p.uid.as_str(), pod_pressure(p)?)))
+        .filter_map(|p| Some((&p.id, pod_pressure(p)?)))
         .collect();
     for (cg, usage) in cur.pods.iter().zip(&slack.pods) {
-        debug_assert_eq!(cg.uid, usage.uid);
-        let (Some(now), Some(then)) = (pod_pressure(cg), before.get(cg.uid.as_str())) else {
+        debug_assert_eq!(cg.id, usage.id);
+        let (Some(now), Some(then)) = (pod_pressure(cg), before.get(&cg.id)) else {
             continue;
         };
         out.per_pod = true;
@@ -342,7 +345,7 @@ pub fn attribute(
             continue;
         };
         let displaced_us = waited.saturating_sub(throttled_us);
-        let request_m = requests.get(cg.uid.as_str()).copied().unwrap_or(0);
+        let request_m = request_of(&cg.id);
         let spans = request_m.div_ceil(1000).clamp(1, t.cpus.max(1));
         let mut displaced_m =
             ((u128::from(displaced_us) * 1000 / u128::from(dt)) as Millis).saturating_mul(spans);
@@ -362,9 +365,7 @@ pub fn attribute(
         }
         let within_request = usage_m < request_m;
         let threshold = owed_threshold_m(request_m, t.min_pct_of_request);
-        let again = waited_before
-            .get(cg.uid.as_str())
-            .is_some_and(|&m| m >= threshold);
+        let again = waited_before.get(&cg.id).is_some_and(|&m| m >= threshold);
         let strong = displaced_m >= 2 * threshold;
         let past = displaced_m >= threshold && (strong || again);
         // Short: the free CPU could not have served what it waited for.
@@ -386,7 +387,7 @@ pub fn attribute(
             deficit_m
         };
         out.displaced.push(Displaced {
-            uid: cg.uid.clone(),
+            id: cg.id.clone(),
             waited_us: waited,
             throttled_us,
             displaced_us,
@@ -400,7 +401,7 @@ pub fn attribute(
         });
     }
     out.displaced
-        .sort_by(|a, b| b.displaced_m.cmp(&a.displaced_m).then(a.uid.cmp(&b.uid)));
+        .sort_by(|a, b| b.displaced_m.cmp(&a.displaced_m).then(a.id.cmp(&b.id)));
     out.demand_m = out.owed().map(|d| d.deficit_m).sum();
     out
 }

@@ -9,71 +9,62 @@ use std::fmt;
 /// CPU in millicores.
 pub type Millis = u64;
 
-/// An object's `metadata.uid` (a pod's, or its owner's): the key of what the
-/// agent remembers about it (a name can be reused by a new object; a uid
-/// cannot). Prints, debugs and
-/// serializes as the bare string, so logs and `explain` output read as before.
+/// A pod's (or its owner's) `metadata.uid`: the key of what the agent
+/// remembers about an API object (a name can be reused by a new object; a
+/// uid cannot). Distinct from [`CgroupPodId`], the id the kubelet names the
+/// pod's cgroup after: the two differ for a static pod, so a map keyed by
+/// one cannot be read with the other. Prints, debugs and serializes as the
+/// bare string, so logs and `explain` output read as before.
 #[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(transparent)]
 pub struct Uid(String);
 
-impl Uid {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+/// The pod id in a pod cgroup's name (`pod<id>`, systemd's `_` undone): the
+/// key of everything read from cgroupfs. For an API pod it is its
+/// `metadata.uid`, except for a static pod's mirror, whose cgroup is named
+/// after the static pod's config hash ([`PodView::cgroup_id`], set by
+/// `kube::view::cgroup_pod_id`, the one conversion).
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(transparent)]
+pub struct CgroupPodId(String);
 
-impl From<String> for Uid {
-    fn from(s: String) -> Self {
-        Self(s)
-    }
-}
+/// The parts both key types share: built from a string on purpose, read as
+/// one with `as_str`, never compared with a bare string or with each other.
+macro_rules! string_key {
+    ($t:ident) => {
+        impl $t {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
 
-impl From<&str> for Uid {
-    fn from(s: &str) -> Self {
-        Self(s.to_string())
-    }
-}
+        impl From<String> for $t {
+            fn from(s: String) -> Self {
+                Self(s)
+            }
+        }
 
-// Reads as the string it is (a `&Uid` is a `&str` argument); a `&str` must
-// be turned into a `Uid` on purpose.
-impl std::ops::Deref for Uid {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
+        impl From<&str> for $t {
+            fn from(s: &str) -> Self {
+                Self(s.to_string())
+            }
+        }
 
-// Maps keyed by `Uid` are looked up by a cgroup's uid (`&str`) too.
-impl std::borrow::Borrow<str> for Uid {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
 
-impl PartialEq<str> for Uid {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+    };
 }
-
-impl PartialEq<&str> for Uid {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
-    }
-}
-
-impl fmt::Display for Uid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Debug for Uid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
+string_key!(Uid);
+string_key!(CgroupPodId);
 
 /// Prefix of every Headroom annotation and label.
 pub const PREFIX: &str = "headroom.dev/";
@@ -174,6 +165,9 @@ pub struct PodView {
     pub namespace: String,
     pub name: String,
     pub uid: Uid,
+    /// The id the kubelet names this pod's cgroup after: `uid`, or a static
+    /// pod's config hash. Joins with anything read from cgroupfs use it.
+    pub cgroup_id: CgroupPodId,
     pub node_name: Option<String>,
     pub generation: i64,
     pub resource_version: Option<String>,
@@ -251,7 +245,7 @@ pub struct LimitWriter {
 pub struct OwnerRef {
     pub kind: String,
     pub name: String,
-    pub uid: String,
+    pub uid: Uid,
 }
 
 /// CPU limits the workload itself declares (before Headroom changed any):

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup, file};
-use crate::model::{Millis, PodView, Qos};
+use crate::model::{CgroupPodId, Millis, PodView, Qos};
 
 /// What bounds the CPU pods can use, besides the cgroup tree itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,7 +57,9 @@ pub enum UsageBasis {
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PodUsage {
-    pub uid: String,
+    /// Serialized as `uid`, its name before the two key types.
+    #[serde(rename = "uid")]
+    pub id: CgroupPodId,
     pub qos: Qos,
     /// CPU used over the interval, millicores. `None` for a pod that appeared
     /// since the previous snapshot, whose counters reset, or whose cgroup
@@ -147,8 +149,8 @@ pub struct NodeUsage {
     pub kubepods_throttled_ratio: Option<f64>,
     /// One per pod of the current snapshot, in its order.
     pub pods: Vec<PodUsage>,
-    /// UIDs of pods in the previous snapshot that are gone now.
-    pub vanished: Vec<String>,
+    /// Cgroup ids of pods in the previous snapshot that are gone now.
+    pub vanished: Vec<CgroupPodId>,
 }
 
 /// Online CPUs of the host. Not `std::thread::available_parallelism`: that
@@ -271,7 +273,7 @@ fn pod_usage(prev: Option<&PodCgroup>, cur: &PodCgroup, dt_us: u64) -> PodUsage 
         _ => None,
     };
     PodUsage {
-        uid: cur.uid.clone(),
+        id: cur.id.clone(),
         qos: cur.qos,
         usage_m: pair.and_then(|(p, c)| rate_m(p.usage_usec, c.usage_usec, dt_us)),
         throttled_ratio: pair.and_then(|(p, c)| throttled_ratio(p, c)),
@@ -298,15 +300,15 @@ pub fn measure_with(
 ) -> NodeUsage {
     let dt_us = cur.at_us.saturating_sub(prev.at_us);
     let (capacity_m, capacity_source) = capacity(&cur.kubepods, cap);
-    let by_uid: HashMap<&str, &PodCgroup> = prev.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+    let by_id: HashMap<&CgroupPodId, &PodCgroup> = prev.pods.iter().map(|p| (&p.id, p)).collect();
     let older = older.filter(|o| o.at_us < prev.at_us);
     let pods: Vec<PodUsage> = cur
         .pods
         .iter()
-        .map(|p| match by_uid.get(p.uid.as_str()) {
+        .map(|p| match by_id.get(&p.id) {
             Some(before) => pod_usage(Some(before), p, dt_us),
             None => {
-                let then = older.and_then(|o| o.pods.iter().find(|q| q.uid == p.uid));
+                let then = older.and_then(|o| o.pods.iter().find(|q| q.id == p.id));
                 match (older, then) {
                     (Some(o), Some(then)) => PodUsage {
                         throttled_us: None,
@@ -317,13 +319,12 @@ pub fn measure_with(
             }
         })
         .collect();
-    let cur_uids: std::collections::HashSet<&str> =
-        cur.pods.iter().map(|p| p.uid.as_str()).collect();
+    let cur_ids: std::collections::HashSet<&CgroupPodId> = cur.pods.iter().map(|p| &p.id).collect();
     let vanished = prev
         .pods
         .iter()
-        .filter(|p| !cur_uids.contains(p.uid.as_str()))
-        .map(|p| p.uid.clone())
+        .filter(|p| !cur_ids.contains(&p.id))
+        .map(|p| p.id.clone())
         .collect();
 
     let (usage_m, usage_basis) = if dt_us == 0 {
@@ -441,7 +442,7 @@ mod tests {
 
     fn pod(uid: &str, s: Result<CgroupSample, CgroupError>) -> PodCgroup {
         PodCgroup {
-            uid: uid.into(),
+            id: uid.into(),
             qos: Qos::Burstable,
             path: PathBuf::from(uid),
             sample: s,
@@ -619,10 +620,10 @@ mod tests {
         );
         let s = measure(&a, &b, CAP);
         assert_eq!(s.pods.len(), 1);
-        assert_eq!(s.pods[0].uid, "new");
+        assert_eq!(s.pods[0].id.as_str(), "new");
         assert_eq!(s.pods[0].usage_m, None);
         assert_eq!(s.pods[0].throttled_ratio, None);
-        assert_eq!(s.vanished, vec!["old".to_string()]);
+        assert_eq!(s.vanished, vec![CgroupPodId::from("old")]);
         assert_eq!(s.usage_m, 200);
     }
 

@@ -78,6 +78,7 @@ impl PodBuilder {
             namespace: namespace.to_string(),
             name: name.to_string(),
             uid: uid.into(),
+            cgroup_id: uid.into(),
             node_name: None,
             generation: 1,
             resource_version: None,
@@ -123,6 +124,12 @@ impl PodBuilder {
         self.0
             .annotations
             .insert(key.to_string(), value.to_string());
+        // As the view is built from a Pod: the mirror annotation names the cgroup.
+        self.0.cgroup_id = crate::kube::view::cgroup_pod_id(&self.0.uid, &self.0.annotations);
+        self.0.static_pod = self
+            .0
+            .annotations
+            .contains_key(crate::kube::view::MIRROR_ANNOTATION);
         self
     }
 

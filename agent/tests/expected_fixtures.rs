@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use headroom::cgroup::{self, CpuMax, Driver, NodeSnapshot};
 use headroom::model::PodView;
-use headroom::verify::{self, Observed, Target, audit, cgroup_uid, compare, expected_cpu_max};
+use headroom::verify::{self, Observed, Target, audit, compare, expected_cpu_max};
 use k8s_openapi::api::core::v1::Pod;
 
 struct Fixture {
@@ -73,7 +73,7 @@ fn every_fixture_pod_matches_its_expected_cpu_max() {
                 .snapshot
                 .pods
                 .iter()
-                .find(|c| c.uid == cgroup_uid(p))
+                .find(|c| c.id == p.cgroup_id)
                 .unwrap_or_else(|| panic!("{}: no cgroup for {}", f.name, p.key()));
             for c in expected_cpu_max(p, 100_000).containers {
                 let id = c.container_id.expect("fixture containers run");
@@ -94,7 +94,12 @@ fn fixture_special_cases_are_audited() {
     };
     // pod-level 101m limit: pod reads 11000 (systemd rounding), accepted.
     let (f, p) = find("pod-level", "plr-101m");
-    let cg = f.snapshot.pods.iter().find(|c| c.uid == *p.uid).unwrap();
+    let cg = f
+        .snapshot
+        .pods
+        .iter()
+        .find(|c| c.id == p.cgroup_id)
+        .unwrap();
     let pod_max = cg.sample.as_ref().unwrap().cpu_max;
     assert_eq!(pod_max.quota_us, Some(11_000));
     assert_eq!(
@@ -123,7 +128,7 @@ fn an_altered_cpu_max_is_found_in_every_fixture() {
             .unwrap_or_else(|| panic!("{}: no limited pod", f.name));
         let cg = pods_cg
             .iter_mut()
-            .find(|c| c.uid == cgroup_uid(limited))
+            .find(|c| c.id == limited.cgroup_id)
             .unwrap();
         let old = cg.sample.as_ref().unwrap().cpu_max;
         let altered = CpuMax {
@@ -177,7 +182,7 @@ fn a_removed_container_cgroup_is_no_cgroup() {
         .snapshot
         .pods
         .iter()
-        .find(|c| c.uid == cgroup_uid(p))
+        .find(|c| c.id == p.cgroup_id)
         .unwrap()
         .clone();
     let id = expected_cpu_max(p, 100_000).containers[0]

@@ -142,7 +142,10 @@ fn layout_is_discovered_in_every_fixture() {
 fn scan_fixture(f: &Fixture) -> BTreeMap<String, PodCgroup> {
     let l = cgroup::discover(&f.root).unwrap();
     let snap = cgroup::scan(&f.root, &l, 0).unwrap();
-    snap.pods.into_iter().map(|p| (p.uid.clone(), p)).collect()
+    snap.pods
+        .into_iter()
+        .map(|p| (p.id.to_string(), p))
+        .collect()
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::file;
 use super::read::{self, ReadError};
 use super::types::{ContainerRole, Driver, Layout, Runtime};
-use crate::model::Qos;
+use crate::model::{CgroupPodId, Qos};
 
 /// How deep under the root to look for the node-allocatable cgroup. kind's
 /// `kubelet.slice/kubelet-kubepods.slice` is depth 2; a cgroupfs
@@ -241,9 +241,9 @@ pub fn qos_dir(name: &str, driver: Driver) -> Option<Qos> {
     }
 }
 
-/// Pod UID from a pod cgroup name: systemd `…-pod<uid with _>.slice` (escaping
-/// undone) or cgroupfs `pod<uid>`.
-pub fn pod_uid(name: &str, driver: Driver) -> Option<String> {
+/// The pod id from a pod cgroup name: systemd `…-pod<id with _>.slice`
+/// (escaping undone) or cgroupfs `pod<id>`.
+pub fn pod_id(name: &str, driver: Driver) -> Option<CgroupPodId> {
     let raw = match driver {
         // The escaped uid has no '-', so the last '-'-part is `pod<uid_>`.
         Driver::Systemd => name.strip_suffix(".slice")?.rsplit('-').next()?,
@@ -254,7 +254,7 @@ pub fn pod_uid(name: &str, driver: Driver) -> Option<String> {
         && uid
             .bytes()
             .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
-    ok.then(|| uid.replace('_', "-"))
+    ok.then(|| CgroupPodId::from(uid.replace('_', "-")))
 }
 
 fn is_id(s: &str) -> bool {
@@ -295,31 +295,36 @@ mod tests {
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     #[test]
-    fn pod_uid_undoes_systemd_escaping() {
+    fn pod_id_undoes_systemd_escaping() {
         assert_eq!(
-            pod_uid(
+            pod_id(
                 "kubelet-kubepods-burstable-pod1b2c3d4e_0000_4a4a_8b8b_0123456789ab.slice",
                 Driver::Systemd
             )
-            .as_deref(),
+            .as_ref()
+            .map(CgroupPodId::as_str),
             Some("1b2c3d4e-0000-4a4a-8b8b-0123456789ab")
         );
         assert_eq!(
-            pod_uid("kubepods-podabc_def.slice", Driver::Systemd).as_deref(),
+            pod_id("kubepods-podabc_def.slice", Driver::Systemd)
+                .as_ref()
+                .map(CgroupPodId::as_str),
             Some("abc-def")
         );
         assert_eq!(
-            pod_uid("pod1b2c-3d", Driver::Cgroupfs).as_deref(),
+            pod_id("pod1b2c-3d", Driver::Cgroupfs)
+                .as_ref()
+                .map(CgroupPodId::as_str),
             Some("1b2c-3d")
         );
     }
 
     #[test]
-    fn pod_uid_rejects_non_pods() {
-        assert_eq!(pod_uid("kubepods-burstable.slice", Driver::Systemd), None);
-        assert_eq!(pod_uid("kubepods-pod.slice", Driver::Systemd), None);
-        assert_eq!(pod_uid("burstable", Driver::Cgroupfs), None);
-        assert_eq!(pod_uid("cpu.max", Driver::Cgroupfs), None);
+    fn pod_id_rejects_non_pods() {
+        assert_eq!(pod_id("kubepods-burstable.slice", Driver::Systemd), None);
+        assert_eq!(pod_id("kubepods-pod.slice", Driver::Systemd), None);
+        assert_eq!(pod_id("burstable", Driver::Cgroupfs), None);
+        assert_eq!(pod_id("cpu.max", Driver::Cgroupfs), None);
     }
 
     #[test]

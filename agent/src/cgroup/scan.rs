@@ -10,14 +10,14 @@
 use std::path::{Path, PathBuf};
 
 use super::file;
-use super::layout::{container_name, pod_uid, qos_dir};
+use super::layout::{container_name, pod_id, qos_dir};
 use super::parse::{self, ParseError};
 use super::read::{self, Buf, Handles, ReadError};
 use super::types::{
     CgroupError, CgroupSample, ContainerCgroup, ContainerRole, CpuMax, Layout, NodeSnapshot,
     PodCgroup,
 };
-use crate::model::Qos;
+use crate::model::{CgroupPodId, Qos};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
@@ -107,9 +107,9 @@ impl Scanner {
         let mut pods = Vec::with_capacity(top.len());
         let mut unlisted_qos = Vec::new();
         for name in &top {
-            if let Some(uid) = pod_uid(name, layout.driver) {
+            if let Some(id) = pod_id(name, layout.driver) {
                 r.path.push(name);
-                pods.push(r.pod(uid, Qos::Guaranteed));
+                pods.push(r.pod(id, Qos::Guaranteed));
                 r.path.pop();
             } else if let Some(qos) = qos_dir(name, layout.driver) {
                 r.path.push(name);
@@ -126,9 +126,9 @@ impl Scanner {
                     }
                 };
                 for child in &children {
-                    if let Some(uid) = pod_uid(child, layout.driver) {
+                    if let Some(id) = pod_id(child, layout.driver) {
                         r.path.push(child);
-                        pods.push(r.pod(uid, qos));
+                        pods.push(r.pod(id, qos));
                         r.path.pop();
                     }
                 }
@@ -182,7 +182,7 @@ impl Scanner {
             }
             r.at(&p.path);
             if d == Depth::Full {
-                pods.push(r.pod(p.uid.clone(), p.qos));
+                pods.push(r.pod(p.id.clone(), p.qos));
                 continue;
             }
             let stat = r.required(file::CPU_STAT, parse::cpu_stat);
@@ -212,7 +212,7 @@ impl Scanner {
                 Vec::new()
             };
             pods.push(PodCgroup {
-                uid: p.uid.clone(),
+                id: p.id.clone(),
                 qos: p.qos,
                 path: p.path.clone(),
                 sample,
@@ -466,7 +466,7 @@ impl Reader<'_> {
     }
 
     /// Reads the pod cgroup at `self.path`.
-    fn pod(&mut self, uid: String, qos: Qos) -> PodCgroup {
+    fn pod(&mut self, id: CgroupPodId, qos: Qos) -> PodCgroup {
         let path = self.rel();
         let sample = self.sample();
         let mut containers = Vec::new();
@@ -499,7 +499,7 @@ impl Reader<'_> {
         }
         containers.sort_by(|a, b| a.path.cmp(&b.path));
         PodCgroup {
-            uid,
+            id,
             qos,
             path,
             sample,
@@ -556,7 +556,7 @@ mod tests {
         let read = |d: Depth| {
             let s = rescan(t.path(), &full, 1, |p, kp| {
                 assert!(kp.pressure.is_some(), "depth sees this tick's kubepods");
-                if p.uid == b.uid { d } else { Depth::Skip }
+                if p.id == b.id { d } else { Depth::Skip }
             })
             .unwrap();
             s.pods[0].sample.as_ref().unwrap().pressure
@@ -587,7 +587,7 @@ mod tests {
         .unwrap();
         fs::write(gdir.join(file::CPU_MAX), "70000 100000\n").unwrap();
         let only_g = |p: &PodCgroup, _: &CgroupSample| {
-            if p.uid == g.uid {
+            if p.id == g.id {
                 Depth::Stat
             } else {
                 Depth::Skip
@@ -615,7 +615,7 @@ mod tests {
         assert_eq!(light.kubepods.cpu_stat.usage_usec, 4242);
         assert_eq!(light.kubepods.cpu_max, full.kubepods.cpu_max);
         let contended = rescan(t.path(), &full, 5, |p, _| {
-            if p.uid == g.uid {
+            if p.id == g.id {
                 Depth::StatPressure
             } else {
                 Depth::Skip
@@ -634,7 +634,7 @@ mod tests {
         let s = deep
             .pods
             .iter()
-            .find(|p| p.uid == g.uid)
+            .find(|p| p.id == g.id)
             .unwrap()
             .sample
             .as_ref()
@@ -707,7 +707,7 @@ mod tests {
         assert_eq!(l.driver, Driver::Systemd);
         assert_eq!(s.pods.len(), 2);
         let g = s.pods.iter().find(|p| p.qos == Qos::Guaranteed).unwrap();
-        assert_eq!(g.uid, "11111111-2222");
+        assert_eq!(g.id.as_str(), "11111111-2222");
         assert_eq!(
             g.path,
             PathBuf::from("kubepods.slice/kubepods-pod11111111_2222.slice")
@@ -722,7 +722,7 @@ mod tests {
         );
         assert_eq!(g.containers[1].cpu_max.as_ref().unwrap().quota_us, None);
         let b = s.pods.iter().find(|p| p.qos == Qos::Burstable).unwrap();
-        assert_eq!(b.uid, "33333333-4444");
+        assert_eq!(b.id.as_str(), "33333333-4444");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::parse::ParseError;
-use crate::model::Qos;
+use crate::model::{CgroupPodId, Qos};
 
 /// `cpu.max`: `"<quota> <period>"` or `"max <period>"` (µs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,8 +196,9 @@ pub struct ContainerCgroup {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodCgroup {
-    /// Pod UID with dashes (systemd `_` escaping undone).
-    pub uid: String,
+    /// The pod id in the cgroup's name, dashes restored (systemd's `_`
+    /// escaping undone): the API pod's uid, or a static pod's config hash.
+    pub id: CgroupPodId,
     pub qos: Qos,
     /// Relative to the cgroup root.
     pub path: PathBuf,

@@ -195,8 +195,8 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     // (`lowering checked`, HeadroomLoweringHelped / HeadroomLoweringUndone).
     for w in &round.waited {
         println!(
-            "waited: pod uid {} waited for {}m (usage {}m, request {}m): {}",
-            w.uid,
+            "waited: pod cgroup id {} waited for {}m (usage {}m, request {}m): {}",
+            w.id,
             w.displaced_m,
             w.usage_m,
             w.request_m,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use headroom::cgroup;
-use headroom::model::{PodView, Uid};
+use headroom::model::{CgroupPodId, PodView, Uid};
 use headroom::node_slack::{CapacitySource, NodeUsage, booked_request};
 use headroom::policy::{Decision, PatchPlan, TokenBucket};
 use headroom::reconcile::Round;
@@ -142,10 +142,25 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|v| (v.uid.clone(), spec_limit(v)))
         .collect();
+    let by_id: HashMap<&CgroupPodId, u64> = s
+        .pods
+        .iter()
+        .filter_map(|p| Some((&p.id, p.usage_m?)))
+        .collect();
+    let usage = views
+        .iter()
+        .filter_map(|v| Some((v.uid.clone(), *by_id.get(&v.cgroup_id)?)))
+        .collect();
+    let keys = views
+        .iter()
+        .map(|v| (v.cgroup_id.clone(), v.key()))
+        .collect();
     let report = Report {
         node_name: &node_name,
         qos,
         limits,
+        usage,
+        keys,
         slack: &s,
         round: &round,
         patches: &outcome.patches,
@@ -203,6 +218,10 @@ struct Report<'a> {
     qos: HashMap<Uid, &'static str>,
     /// The pod's CPU limit from its spec, by uid (`None`: unlimited).
     limits: HashMap<Uid, Option<u64>>,
+    /// The pod's usage over the interval, by uid (read from its cgroup).
+    usage: HashMap<Uid, u64>,
+    /// `namespace/name` by cgroup id: who a wait read from a cgroup was.
+    keys: HashMap<CgroupPodId, String>,
     slack: &'a NodeUsage,
     round: &'a Round,
     patches: &'a [PatchPlan],
@@ -227,7 +246,7 @@ pub fn capacity_source(c: CapacitySource) -> &'static str {
 impl Report<'_> {
     /// What happens to a pod: the patch, the hold, or nothing.
     fn decision(&self, d: &Decision) -> (String, String) {
-        if let Some(p) = self.patches.iter().find(|p| p.uid == *d.uid) {
+        if let Some(p) = self.patches.iter().find(|p| p.uid == d.uid) {
             let verb = match (p.old_total_m, p.direction) {
                 (None, _) => "adopt",
                 (_, headroom::policy::Direction::Raise) => "raise",
@@ -261,11 +280,7 @@ impl Report<'_> {
     }
 
     fn usage_of(&self, d: &Decision) -> Option<u64> {
-        self.slack
-            .pods
-            .iter()
-            .find(|p| p.uid == *d.uid)
-            .and_then(|p| p.usage_m)
+        self.usage.get(&d.uid).copied()
     }
 
     fn qos_of(&self, d: &Decision) -> &'static str {
@@ -275,11 +290,9 @@ impl Report<'_> {
     /// One pod that waited for CPU others held, and whether that is owed.
     fn waited(&self, w: &headroom::contention::Displaced, free_m: u64) -> String {
         let key = self
-            .round
-            .decisions
-            .iter()
-            .find(|d| d.uid.as_str() == w.uid)
-            .map_or_else(|| w.uid.clone(), |d| format!("{}/{}", d.namespace, d.name));
+            .keys
+            .get(&w.id)
+            .map_or_else(|| w.id.to_string(), Clone::clone);
         let what = format!(
             "waited: {key} waited for {}m (usage {}m, request {}m; node free {free_m}m)",
             w.displaced_m, w.usage_m, w.request_m

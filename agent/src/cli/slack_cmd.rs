@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use headroom::cgroup::{self, CpuMax, NodeSnapshot};
+use headroom::model::CgroupPodId;
 use headroom::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
 use serde_json::{Value, json};
 
@@ -45,8 +46,8 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut cur = cgroup::scan(&a.cgroup_root, &layout, at()).context("second sample")?;
     headroom::reconcile::mark_roles(&mut prev.pods, &views);
     headroom::reconcile::mark_roles(&mut cur.pods, &views);
-    let names: std::collections::HashMap<&str, String> =
-        views.iter().map(|v| (v.uid.as_str(), v.key())).collect();
+    let names: std::collections::HashMap<&CgroupPodId, String> =
+        views.iter().map(|v| (&v.cgroup_id, v.key())).collect();
     let pool = headroom::shared_pool::read(&a.cgroup_root, &cur);
     let cap = CapacityInputs {
         node_allocatable_m: a.node_allocatable,
@@ -135,7 +136,7 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeUsage) -> Value {
                 .collect();
             let smp = p.sample.as_ref().ok();
             json!({
-                "uid": p.uid,
+                "uid": p.id,
                 "qos": p.qos,
                 "cgroup": p.path,
                 "cpu_max_millicores": smp.and_then(|x| x.cpu_max.millicores()),
@@ -189,7 +190,7 @@ fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
 pub fn report_text(
     cur: &NodeSnapshot,
     s: &NodeUsage,
-    names: &std::collections::HashMap<&str, String>,
+    names: &std::collections::HashMap<&CgroupPodId, String>,
 ) -> String {
     let mut o = String::new();
     let psi = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.2}"));
@@ -280,7 +281,7 @@ pub fn report_text(
         let _ = writeln!(
             o,
             "{:<36}  {:<10}  {:>10}  {:>7}  {:>9}  {}",
-            names.get(p.uid.as_str()).unwrap_or(&p.uid),
+            names.get(&p.id).map_or(p.id.as_str(), String::as_str),
             p.qos.as_str(),
             cpu_max,
             fmt_opt(u.usage_m.map(|m| format!("{m}m"))),

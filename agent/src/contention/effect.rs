@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Contention, Displaced, MIN_DISPLACED_M};
-use crate::model::Millis;
+use crate::model::{CgroupPodId, Millis, Uid};
 
 /// Intervals measured after the kubelet applied a lowering. Two, because
 /// one interval on the emulated nodes swings by tens of millicores.
@@ -56,7 +56,7 @@ pub struct Sample {
 /// One managed pod a lowering lowered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lowered {
-    pub uid: String,
+    pub uid: Uid,
     pub from_m: Millis,
     pub to_m: Millis,
 }
@@ -84,8 +84,8 @@ impl Effect {
 /// A claim judged this interval.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judged {
-    /// The pod the lowering was for.
-    pub owed_uid: String,
+    /// The pod the lowering was for, by its cgroup (what the wait was read from).
+    pub owed: CgroupPodId,
     pub effect: Effect,
     pub owed_m: Millis,
     pub before: Sample,
@@ -110,7 +110,7 @@ impl Judged {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Stage {
-    Applying { pending: Vec<String> },
+    Applying { pending: Vec<Uid> },
     Measuring { samples: Vec<Sample> },
     Helped { keep_above_m: Millis, below: u32 },
     NoEffect { last_displaced: Duration },
@@ -131,22 +131,22 @@ pub fn need_m(owed_m: Millis) -> Millis {
     (owed_m / 4).max(MIN_DISPLACED_M)
 }
 
-/// Every open claim, keyed by the owed pod's uid.
+/// Every open claim, keyed by the owed pod's cgroup id.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Claims {
-    by_owed: HashMap<String, Claim>,
+    by_owed: HashMap<CgroupPodId, Claim>,
 }
 
 impl Claims {
     /// Whether a claim for this pod is open (in any stage).
-    pub fn has(&self, owed_uid: &str) -> bool {
-        self.by_owed.contains_key(owed_uid)
+    pub fn has(&self, owed: &CgroupPodId) -> bool {
+        self.by_owed.contains_key(owed)
     }
 
-    /// Uids of the owed pods whose usage the caller must read every
-    /// interval while their claim is measured or held.
-    pub fn watched(&self) -> impl Iterator<Item = &str> {
-        self.by_owed.keys().map(String::as_str)
+    /// The owed pods whose usage the caller must read every interval while
+    /// their claim is measured or held.
+    pub fn watched(&self) -> impl Iterator<Item = &CgroupPodId> {
+        self.by_owed.keys()
     }
 
     /// Whether a new lowering may be made for this owed pod: no claim for
@@ -158,7 +158,7 @@ impl Claims {
     /// 310m, 440m → 410m) bought nothing and was undone.
     pub fn may_lower_for(&self, owed: &Displaced) -> bool {
         self.by_owed
-            .get(&owed.uid)
+            .get(&owed.id)
             .is_none_or(|c| matches!(c.stage, Stage::Helped { .. }) && owed.strong)
     }
 
@@ -172,14 +172,14 @@ impl Claims {
 
     /// The highest limit each managed pod is held to by a lowering still
     /// applying, measured, or found to help (none once found useless).
-    pub fn holds(&self) -> HashMap<&str, Millis> {
-        let mut out: HashMap<&str, Millis> = HashMap::new();
+    pub fn holds(&self) -> HashMap<&Uid, Millis> {
+        let mut out: HashMap<&Uid, Millis> = HashMap::new();
         for c in self.by_owed.values() {
             if matches!(c.stage, Stage::NoEffect { .. }) {
                 continue;
             }
             for l in &c.lowered {
-                let e = out.entry(l.uid.as_str()).or_insert(l.to_m);
+                let e = out.entry(&l.uid).or_insert(l.to_m);
                 *e = (*e).min(l.to_m);
             }
         }
@@ -205,7 +205,7 @@ impl Claims {
                 continue;
             }
             self.by_owed.insert(
-                d.uid.clone(),
+                d.id.clone(),
                 Claim {
                     owed_m: d.deficit_m,
                     before: Sample {
@@ -225,9 +225,9 @@ impl Claims {
     /// A lowered pod's resize showed in its `cpu.max` (`verified`), or was
     /// given up on (not verified): every claim waiting for it learns it.
     /// A lowering that never applied bought nothing anyone can measure.
-    pub fn resize_done(&mut self, managed_uid: &str, verified: bool) -> Vec<Judged> {
+    pub fn resize_done(&mut self, managed_uid: &Uid, verified: bool) -> Vec<Judged> {
         let mut judged = Vec::new();
-        self.by_owed.retain(|owed_uid, c| {
+        self.by_owed.retain(|owed, c| {
             let Stage::Applying { pending } = &mut c.stage else {
                 return true;
             };
@@ -235,7 +235,7 @@ impl Claims {
                 return true;
             }
             if !verified {
-                judged.push(c.judged(owed_uid, Effect::Unjudged, None));
+                judged.push(c.judged(owed, Effect::Unjudged, None));
                 return false;
             }
             pending.retain(|u| u != managed_uid);
@@ -256,22 +256,22 @@ impl Claims {
     pub fn step(
         &mut self,
         now: Duration,
-        sample: impl Fn(&str) -> Option<Sample>,
-        gone: impl Fn(&str) -> bool,
+        sample: impl Fn(&CgroupPodId) -> Option<Sample>,
+        gone: impl Fn(&CgroupPodId) -> bool,
         quiet: Duration,
     ) -> Vec<Judged> {
         let mut judged = Vec::new();
-        self.by_owed.retain(|owed_uid, c| {
-            if gone(owed_uid) {
+        self.by_owed.retain(|owed, c| {
+            if gone(owed) {
                 return false;
             }
-            let s = sample(owed_uid);
+            let s = sample(owed);
             match &mut c.stage {
                 Stage::Applying { .. } => {
                     if now.saturating_sub(c.made_at) < APPLY_TIMEOUT {
                         return true;
                     }
-                    judged.push(c.judged(owed_uid, Effect::Unjudged, None));
+                    judged.push(c.judged(owed, Effect::Unjudged, None));
                     false
                 }
                 Stage::Measuring { samples } => {
@@ -282,7 +282,7 @@ impl Claims {
                         if now.saturating_sub(c.made_at) < 2 * APPLY_TIMEOUT {
                             return true;
                         }
-                        judged.push(c.judged(owed_uid, Effect::Unjudged, None));
+                        judged.push(c.judged(owed, Effect::Unjudged, None));
                         return false;
                     }
                     let after = mean(samples);
@@ -291,13 +291,13 @@ impl Claims {
                     let fell = c.before.displaced_m as i64 - after.displaced_m as i64;
                     if gained >= need || fell >= need {
                         let keep = c.before.usage_m + (gained.max(0) as Millis) / 2;
-                        judged.push(c.judged(owed_uid, Effect::Helped, Some(after)));
+                        judged.push(c.judged(owed, Effect::Helped, Some(after)));
                         c.stage = Stage::Helped {
                             keep_above_m: keep,
                             below: 0,
                         };
                     } else {
-                        judged.push(c.judged(owed_uid, Effect::NoEffect, Some(after)));
+                        judged.push(c.judged(owed, Effect::NoEffect, Some(after)));
                         c.stage = Stage::NoEffect {
                             last_displaced: now,
                         };
@@ -327,9 +327,9 @@ impl Claims {
 }
 
 impl Claim {
-    fn judged(&self, owed_uid: &str, effect: Effect, after: Option<Sample>) -> Judged {
+    fn judged(&self, owed: &CgroupPodId, effect: Effect, after: Option<Sample>) -> Judged {
         Judged {
-            owed_uid: owed_uid.to_owned(),
+            owed: owed.clone(),
             effect,
             owed_m: self.owed_m,
             before: self.before,

@@ -3,8 +3,8 @@ use std::path::PathBuf;
 
 use super::*;
 use crate::cgroup::{CpuMax, CpuStat, Driver, Layout, PsiLine};
-use crate::model::Qos;
-use crate::node_slack::{self, CapacityInputs};
+use crate::model::{CgroupPodId, Qos};
+use crate::node_slack::{self, CapacityInputs, NodeUsage};
 
 const SEC: u64 = 1_000_000;
 
@@ -45,7 +45,7 @@ fn sample(a: At, psi: bool) -> CgroupSample {
 
 fn pod(uid: &str, a: At, psi: bool) -> PodCgroup {
     PodCgroup {
-        uid: uid.into(),
+        id: uid.into(),
         qos: Qos::Burstable,
         path: PathBuf::from(uid),
         sample: Ok(sample(a, psi)),
@@ -83,9 +83,22 @@ fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Conte
         shared_pool_cpus: None,
     };
     let slack = node_slack::measure(a, b, cap);
-    let req: HashMap<&str, Millis> = requests.iter().copied().collect();
-    let managed: HashSet<&str> = ["m"].into();
-    attribute(a, b, &slack, &req, &managed, &Contention::default(), T)
+    attribute_ids(a, b, &slack, requests, &["m"], &Contention::default())
+}
+
+/// [`attribute`] with requests and managed pods named by their cgroup ids.
+fn attribute_ids(
+    a: &NodeSnapshot,
+    b: &NodeSnapshot,
+    slack: &NodeUsage,
+    requests: &[(&str, Millis)],
+    managed: &[&str],
+    earlier: &Contention,
+) -> Contention {
+    let ids: Vec<(CgroupPodId, Millis)> = requests.iter().map(|&(u, m)| (u.into(), m)).collect();
+    let req: HashMap<&CgroupPodId, Millis> = ids.iter().map(|(u, m)| (u, *m)).collect();
+    let managed: Vec<CgroupPodId> = managed.iter().map(|&u| u.into()).collect();
+    attribute(a, b, slack, &req, &managed.iter().collect(), earlier, T)
 }
 
 /// Pod "n" alone (kubepods idle) from zero counters to `later` in one
@@ -220,7 +233,7 @@ fn a_neighbour_displaced_within_its_request_is_owed_what_it_waited_for() {
     );
     assert_eq!(c.demand_m, 300, "{c:?}");
     let n = c.owed().next().unwrap();
-    assert_eq!((n.uid.as_str(), n.displaced_us), ("n", 300_000));
+    assert_eq!((n.id.as_str(), n.displaced_us), ("n", 300_000));
     assert!(n.within_request);
 }
 
@@ -309,20 +322,26 @@ fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
                 shared_pool_cpus: None,
             },
         );
-        let req: HashMap<&str, Millis> = [("m", 200), ("h", 100)].into();
-        attribute(&a, &b, &slack, &req, &["m"].into(), earlier, T)
+        attribute_ids(&a, &b, &slack, &[("m", 200), ("h", 100)], &["m"], earlier)
     };
     let first = interval(&Contention::default());
     assert_eq!(first.demand_m, 0, "{first:?}");
-    assert!(first.displaced.iter().any(|d| d.uid == "h"), "{first:?}");
+    assert!(
+        first.displaced.iter().any(|d| d.id.as_str() == "h"),
+        "{first:?}"
+    );
     // Nor the second interval in a row, however long the wait.
     let c = interval(&first);
     assert_eq!(c.demand_m, 0, "{c:?}");
-    let h = c.displaced.iter().find(|d| d.uid == "h").unwrap();
+    let h = c.displaced.iter().find(|d| d.id.as_str() == "h").unwrap();
     assert!(!h.within_request);
     assert!(h.displaced_m >= 400, "{h:?}");
     // The managed pod's own displacement is never owed to anyone.
-    assert!(c.displaced.iter().any(|d| d.uid == "m" && d.deficit_m == 0));
+    assert!(
+        c.displaced
+            .iter()
+            .any(|d| d.id.as_str() == "m" && d.deficit_m == 0)
+    );
 }
 
 #[test]
@@ -419,8 +438,7 @@ fn waits_beside(kubepods_m: u64, machine_m: Option<u64>, m_throttled_us: u64) ->
                 shared_pool_cpus: None,
             },
         );
-        let req: HashMap<&str, Millis> = [("m", 500), ("n", 800)].into();
-        attribute(&a, &b, &slack, &req, &["m"].into(), earlier, T)
+        attribute_ids(&a, &b, &slack, &[("m", 500), ("n", 800)], &["m"], earlier)
     };
     interval(&interval(&Contention::default()))
 }
@@ -662,8 +680,7 @@ fn a_marginal_wait_counts_only_when_it_shows_twice_in_a_row() {
                 shared_pool_cpus: None,
             },
         );
-        let req: HashMap<&str, Millis> = [("m", 500), ("n", 800)].into();
-        attribute(&a, &b, &slack, &req, &["m"].into(), earlier, T)
+        attribute_ids(&a, &b, &slack, &[("m", 500), ("n", 800)], &["m"], earlier)
     };
     let first = waits(&Contention::default());
     assert_eq!(first.displaced.len(), 1, "recorded: {first:?}");
@@ -679,7 +696,7 @@ fn a_marginal_wait_counts_only_when_it_shows_twice_in_a_row() {
     assert_eq!(waits(&small).demand_m, 0);
     // Another pod's earlier wait is not this pod's.
     let mut other = first;
-    other.displaced[0].uid = "x".into();
+    other.displaced[0].id = "x".into();
     assert_eq!(waits(&other).demand_m, 0);
 }
 
@@ -816,6 +833,7 @@ fn a_managed_pod_waiting_for_its_resize_is_still_managed() {
     let opted: HashSet<String> = ["ns".to_string()].into();
     let mut got: Vec<&str> = managed(&views, "n1", &opted, Some(true), 0)
         .into_iter()
+        .map(CgroupPodId::as_str)
         .collect();
     got.sort();
     assert_eq!(

@@ -46,7 +46,7 @@ impl EventLimiter {
     }
 
     /// Whether an event may be sent now; records it if so.
-    pub fn allow(&mut self, pod_uid: &str, reason: &'static str, now: Duration) -> bool {
+    pub fn allow(&mut self, pod_uid: &Uid, reason: &'static str, now: Duration) -> bool {
         if now.saturating_sub(self.window_start) >= self.interval {
             self.window_start = now;
             self.in_window = 0;
@@ -54,7 +54,7 @@ impl EventLimiter {
         if self.in_window >= self.burst {
             return false;
         }
-        let key = (Uid::from(pod_uid), reason);
+        let key = (pod_uid.clone(), reason);
         if let Some(t) = self.last.get(&key)
             && now.saturating_sub(*t) < self.interval
         {
@@ -66,8 +66,8 @@ impl EventLimiter {
     }
 
     /// Drops the memory of a pod that is gone.
-    pub fn forget(&mut self, pod_uid: &str) {
-        self.last.retain(|(uid, _), _| uid.as_str() != pod_uid);
+    pub fn forget(&mut self, pod_uid: &Uid) {
+        self.last.retain(|(uid, _), _| uid != pod_uid);
     }
 
     /// Pods (uids) with an event remembered (once per reason).
@@ -154,7 +154,7 @@ impl<R: EventApi> EventSink<R> {
         true
     }
 
-    pub fn forget(&mut self, pod_uid: &str) {
+    pub fn forget(&mut self, pod_uid: &Uid) {
         self.limiter.forget(pod_uid);
     }
 
@@ -184,48 +184,51 @@ mod tests {
     #[test]
     fn one_event_per_pod_and_reason_per_interval() {
         let mut l = EventLimiter::new(S(60), 100);
-        assert!(l.allow("a", REASON_RESIZED, S(0)));
-        assert!(!l.allow("a", REASON_RESIZED, S(30)));
+        assert!(l.allow(&Uid::from("a"), REASON_RESIZED, S(0)));
+        assert!(!l.allow(&Uid::from("a"), REASON_RESIZED, S(30)));
         assert!(
-            l.allow("a", REASON_REFUSED, S(30)),
+            l.allow(&Uid::from("a"), REASON_REFUSED, S(30)),
             "other reason has its own budget"
         );
         assert!(
-            l.allow("b", REASON_RESIZED, S(30)),
+            l.allow(&Uid::from("b"), REASON_RESIZED, S(30)),
             "other pod has its own budget"
         );
-        assert!(l.allow("a", REASON_RESIZED, S(60)));
+        assert!(l.allow(&Uid::from("a"), REASON_RESIZED, S(60)));
     }
 
     #[test]
     fn node_wide_burst_caps_a_storm() {
         let mut l = EventLimiter::new(S(60), 3);
         let sent = (0..50)
-            .filter(|i| l.allow(&format!("pod{i}"), REASON_DRIFT, S(1)))
+            .filter(|i| l.allow(&Uid::from(format!("pod{i}")), REASON_DRIFT, S(1)))
             .count();
         assert_eq!(sent, 3);
-        assert!(l.allow("pod99", REASON_DRIFT, S(62)), "window refills");
+        assert!(
+            l.allow(&Uid::from("pod99"), REASON_DRIFT, S(62)),
+            "window refills"
+        );
     }
 
     #[test]
     fn forget_resets_a_pod() {
         let mut l = EventLimiter::new(S(60), 10);
-        assert!(l.allow("a", REASON_DRIFT, S(0)));
-        l.forget("a");
-        assert!(l.allow("a", REASON_DRIFT, S(1)));
+        assert!(l.allow(&Uid::from("a"), REASON_DRIFT, S(0)));
+        l.forget(&Uid::from("a"));
+        assert!(l.allow(&Uid::from("a"), REASON_DRIFT, S(1)));
     }
 
     #[test]
     fn uids_lists_pods_with_a_remembered_event_until_forgotten() {
         let mut l = EventLimiter::new(S(60), 10);
-        assert!(l.allow("a", REASON_DRIFT, S(0)));
-        assert!(l.allow("a", REASON_DRIFT_CLEARED, S(0)));
-        assert!(l.allow("b", REASON_RESIZED, S(0)));
+        assert!(l.allow(&Uid::from("a"), REASON_DRIFT, S(0)));
+        assert!(l.allow(&Uid::from("a"), REASON_DRIFT_CLEARED, S(0)));
+        assert!(l.allow(&Uid::from("b"), REASON_RESIZED, S(0)));
         let mut uids: Vec<&str> = l.uids().map(Uid::as_str).collect();
         uids.sort_unstable();
         assert_eq!(uids, ["a", "a", "b"]);
-        l.forget("a");
-        assert_eq!(l.uids().collect::<Vec<_>>(), ["b"]);
+        l.forget(&Uid::from("a"));
+        assert_eq!(l.uids().map(Uid::as_str).collect::<Vec<_>>(), ["b"]);
     }
 
     /// Records what reaches the API.

@@ -9,8 +9,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 
 use crate::model::{
-    ContainerKind, ContainerSpec, ContainerState, DeclaredLimits, FIELD_MANAGER, LimitWriter,
-    Millis, OwnerRef, PodView, Qos, ResizePolicy, ResizeState, Resources, Uid, compute_qos,
+    CgroupPodId, ContainerKind, ContainerSpec, ContainerState, DeclaredLimits, FIELD_MANAGER,
+    LimitWriter, Millis, OwnerRef, PodView, Qos, ResizePolicy, ResizeState, Resources, Uid,
+    compute_qos,
 };
 use crate::quantity;
 
@@ -50,27 +51,7 @@ impl TryFrom<&Pod> for PodView {
         }) {
             statuses.push(container_state(s)?);
         }
-        let mut resize = ResizeState {
-            observed_generation: status.and_then(|s| s.observed_generation),
-            ..Default::default()
-        };
-        for c in status
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-        {
-            if c.status != "True" {
-                continue;
-            }
-            match c.type_.as_str() {
-                "PodResizePending" => resize.pending = Some(c.reason.clone().unwrap_or_default()),
-                "PodResizeInProgress" => {
-                    resize.in_progress = Some(c.reason.clone().unwrap_or_default())
-                }
-                _ => continue,
-            }
-            resize.observed_generation = resize.observed_generation.max(c.observed_generation);
-        }
+        let resize = resize_state(status);
         let qos = match status.and_then(|s| s.qos_class.as_deref()) {
             Some("Guaranteed") => Qos::Guaranteed,
             Some("BestEffort") => Qos::BestEffort,
@@ -78,22 +59,26 @@ impl TryFrom<&Pod> for PodView {
             _ => compute_qos(&containers, pod_resources.as_ref()),
         };
         let annotations = meta.annotations.clone().unwrap_or_default();
+        let namespace = meta
+            .namespace
+            .clone()
+            .ok_or(ViewError::Missing("metadata.namespace"))?;
+        let name = meta
+            .name
+            .clone()
+            .ok_or(ViewError::Missing("metadata.name"))?;
+        let uid = Uid::from(meta.uid.clone().ok_or(ViewError::Missing("metadata.uid"))?);
         Ok(PodView {
-            namespace: meta
-                .namespace
-                .clone()
-                .ok_or(ViewError::Missing("metadata.namespace"))?,
-            name: meta
-                .name
-                .clone()
-                .ok_or(ViewError::Missing("metadata.name"))?,
-            uid: Uid::from(meta.uid.clone().ok_or(ViewError::Missing("metadata.uid"))?),
+            namespace,
+            name,
+            uid: uid.clone(),
+            cgroup_id: cgroup_pod_id(&uid, &annotations),
             node_name: spec.node_name.clone(),
             generation: meta.generation.unwrap_or(0),
             resource_version: meta.resource_version.clone(),
             phase: status.and_then(|s| s.phase.clone()),
             terminating: meta.deletion_timestamp.is_some(),
-            static_pod: annotations.contains_key("kubernetes.io/config.mirror"),
+            static_pod: annotations.contains_key(MIRROR_ANNOTATION),
             windows: spec.os.as_ref().is_some_and(|o| o.name == "windows"),
             qos,
             containers,
@@ -114,11 +99,53 @@ impl TryFrom<&Pod> for PodView {
                 .map(|o| OwnerRef {
                     kind: o.kind.clone(),
                     name: o.name.clone(),
-                    uid: o.uid.clone(),
+                    uid: Uid::from(o.uid.as_str()),
                 }),
         })
     }
 }
+
+/// Resize progress from the pod's status: its `observedGeneration` and the
+/// `PodResizePending` / `PodResizeInProgress` conditions that are true.
+fn resize_state(status: Option<&k8s_openapi::api::core::v1::PodStatus>) -> ResizeState {
+    let mut resize = ResizeState {
+        observed_generation: status.and_then(|s| s.observed_generation),
+        ..Default::default()
+    };
+    for c in status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if c.status != "True" {
+            continue;
+        }
+        match c.type_.as_str() {
+            "PodResizePending" => resize.pending = Some(c.reason.clone().unwrap_or_default()),
+            "PodResizeInProgress" => {
+                resize.in_progress = Some(c.reason.clone().unwrap_or_default())
+            }
+            _ => continue,
+        }
+        resize.observed_generation = resize.observed_generation.max(c.observed_generation);
+    }
+    resize
+}
+
+/// The id the kubelet names a pod's cgroup after. A static pod's mirror
+/// carries its config hash in `kubernetes.io/config.mirror` and has a uid of
+/// its own from the apiserver; the kubelet runs the static pod, whose uid *is*
+/// that hash, so its cgroup is `pod<hash>`. Every other pod's cgroup is named
+/// after its `metadata.uid`.
+pub fn cgroup_pod_id(uid: &Uid, annotations: &BTreeMap<String, String>) -> CgroupPodId {
+    match annotations.get(MIRROR_ANNOTATION) {
+        Some(hash) if !hash.is_empty() => CgroupPodId::from(hash.as_str()),
+        _ => CgroupPodId::from(uid.as_str()),
+    }
+}
+
+/// Set by the kubelet on a static pod's mirror: the static pod's config hash.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
 impl DeclaredLimits {
     /// The limits of a pod template's spec (an owner's `spec.template.spec`).
@@ -347,6 +374,28 @@ fn container_state(s: &ContainerStatus) -> Result<ContainerState, ViewError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mirror_pods_cgroup_is_named_after_its_config_hash_every_other_after_its_uid() {
+        let mirror = pod(serde_json::json!({
+            "metadata": {"name": "etcd-cp", "namespace": "kube-system", "uid": "api-uid",
+                         "annotations": {"kubernetes.io/config.mirror": "0f3c9a",
+                                         "kubernetes.io/config.hash": "0f3c9a"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "etcd", "image": "x"}]}
+        }));
+        let v = PodView::try_from(&mirror).unwrap();
+        assert_eq!(v.uid.as_str(), "api-uid");
+        assert_eq!(v.cgroup_id.as_str(), "0f3c9a");
+        assert!(v.static_pod);
+
+        let plain = pod(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns", "uid": "u-7",
+                         "annotations": {"kubernetes.io/config.mirror": ""}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "x"}]}
+        }));
+        let v = PodView::try_from(&plain).unwrap();
+        assert_eq!(v.cgroup_id.as_str(), "u-7");
+    }
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).expect("pod json")

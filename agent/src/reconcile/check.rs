@@ -11,7 +11,7 @@ use super::outcome::{drift_uid, on_drift, on_resize_outcome};
 use crate::cgroup::{Driver, PodCgroup};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
-use crate::model::PodView;
+use crate::model::{CgroupPodId, PodView, Uid};
 use crate::verify::{self, DriftEvent, ResizeOutcome};
 
 /// Whether `cg` holds what `view`'s spec asks for. `patched_generation`: the
@@ -35,8 +35,8 @@ pub fn cgroups_match(
 
 impl<P: PodApi, E: EventApi> Agent<P, E> {
     pub(super) async fn check(&mut self, obs: &Observation, now: Duration) {
-        let cgroups: HashMap<&str, &PodCgroup> =
-            obs.cur.pods.iter().map(|p| (p.uid.as_str(), p)).collect();
+        let cgroups: HashMap<&CgroupPodId, &PodCgroup> =
+            obs.cur.pods.iter().map(|p| (&p.id, p)).collect();
         let outcomes = self.verify_resizes(&obs.views, &cgroups, now).await;
         let mut drift_events = Vec::new();
         let grace = self.settings.drift_grace;
@@ -51,14 +51,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 drift_events.extend(drift.observe_pod(&a.uid, &a.mismatches, now, grace));
             }
         }
-        let live: HashSet<&str> = obs
+        let live: HashSet<&Uid> = obs
             .views
             .iter()
             .filter(|v| v.is_running() && !v.terminating)
-            .map(|v| v.uid.as_str())
+            .map(|v| &v.uid)
             .collect();
         for (uid, r) in self.records.iter_mut() {
-            if !live.contains(uid.as_str()) {
+            if !live.contains(uid) {
                 drift_events.extend(r.drift.forget(uid));
             }
         }
@@ -69,7 +69,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 ResizeOutcome::Verified { uid, .. } => (uid, true),
                 ResizeOutcome::Unverified { uid, .. } => (uid, false),
             };
-            judged.extend(self.scan.claims.resize_done(uid.as_str(), verified));
+            judged.extend(self.scan.claims.resize_done(uid, verified));
         }
         self.report_checked(&obs.views, &judged, now).await;
         self.report_drift(&obs.views, drift_events, now).await;
@@ -79,7 +79,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     async fn verify_resizes(
         &mut self,
         views: &[PodView],
-        cgroups: &HashMap<&str, &PodCgroup>,
+        cgroups: &HashMap<&CgroupPodId, &PodCgroup>,
         now: Duration,
     ) -> Vec<ResizeOutcome> {
         let mut out = Vec::new();
@@ -91,7 +91,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             r.kubelet_status(&v.resize, now);
             let matches = cgroups_match(
                 v,
-                cgroups.get(v.uid.as_str()).copied(),
+                cgroups.get(&v.cgroup_id).copied(),
                 Some(r.generation()),
                 self.layout.driver,
             );

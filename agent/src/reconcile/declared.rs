@@ -63,13 +63,11 @@ impl Templates {
             let Some(owner) = v.owner.as_ref() else {
                 continue;
             };
-            if let Some(t) = self.limits.get(owner.uid.as_str()) {
+            if let Some(t) = self.limits.get(&owner.uid) {
                 records.entry(&v.uid).declared = Some(t.clone());
                 continue;
             }
-            if reads >= TEMPLATES_PER_TICK
-                || self.retry.get(owner.uid.as_str()).is_some_and(|t| now < *t)
-            {
+            if reads >= TEMPLATES_PER_TICK || self.retry.get(&owner.uid).is_some_and(|t| now < *t) {
                 continue;
             }
             reads += 1;
@@ -77,17 +75,15 @@ impl Templates {
             match api.template_limits(&v.namespace, owner).await {
                 Ok(Some(t)) => {
                     tracing::info!(pod = %v.key(), owner = %owner_name, "declared limits read from the owner's pod template");
-                    self.limits.insert(owner.uid.as_str().into(), t.clone());
+                    self.limits.insert(owner.uid.clone(), t.clone());
                     records.entry(&v.uid).declared = Some(t);
                 }
                 Ok(None) => {
-                    self.retry
-                        .insert(owner.uid.as_str().into(), now + TEMPLATE_RETRY);
+                    self.retry.insert(owner.uid.clone(), now + TEMPLATE_RETRY);
                     tracing::info!(pod = %v.key(), owner = %owner_name, "no pod template to read declared limits from; the ceiling stays at least the current limit");
                 }
                 Err(e) => {
-                    self.retry
-                        .insert(owner.uid.as_str().into(), now + TEMPLATE_RETRY);
+                    self.retry.insert(owner.uid.clone(), now + TEMPLATE_RETRY);
                     tracing::warn!(pod = %v.key(), error = %e, retry_s = TEMPLATE_RETRY.as_secs(), "owner's pod template unreadable; the ceiling stays at least the current limit");
                 }
             }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::Round;
 use crate::metrics::{Metrics, NodeValues, PodValues};
-use crate::model::{Millis, PodView};
+use crate::model::{CgroupPodId, Millis, PodView, Uid};
 use crate::node_slack::{NodeUsage, booked_request};
 use crate::policy::Verdict;
 
@@ -49,10 +49,14 @@ pub(super) fn export(
     unreadable: usize,
 ) {
     metrics.set_node(&node_values(views, slack, round, allocatable));
-    let throttled: HashMap<&str, Option<f64>> = slack
+    let by_id: HashMap<&CgroupPodId, Option<f64>> = slack
         .pods
         .iter()
-        .map(|p| (p.uid.as_str(), p.throttled_ratio))
+        .map(|p| (&p.id, p.throttled_ratio))
+        .collect();
+    let throttled: HashMap<&Uid, Option<f64>> = views
+        .iter()
+        .map(|v| (&v.uid, by_id.get(&v.cgroup_id).copied().flatten()))
         .collect();
     let mut unmanaged: HashMap<String, usize> = HashMap::new();
     if unreadable > 0 {
@@ -63,11 +67,7 @@ pub(super) fn export(
         match &d.verdict {
             Verdict::Managed(m) => {
                 managed += 1;
-                let throttled = throttled
-                    .get(d.uid.as_str())
-                    .copied()
-                    .flatten()
-                    .unwrap_or(0.0);
+                let throttled = throttled.get(&d.uid).copied().flatten().unwrap_or(0.0);
                 metrics.set_pod(
                     &d.namespace,
                     &d.name,

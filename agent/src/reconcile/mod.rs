@@ -211,11 +211,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             obs.owed,
             &opted,
             |uid| {
-                let r = self.records.get(uid.as_str());
+                let r = self.records.get(uid);
                 Known {
                     learned_floor_m: r.and_then(|r| r.learned_floor_m),
                     declared: r.and_then(|r| r.declared.as_ref()),
-                    held_at_m: holds.get(uid.as_str()).copied(),
+                    held_at_m: holds.get(uid).copied(),
                 }
             },
             self.pod_level.supported,
@@ -225,7 +225,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let plan = crate::policy::plan(
             &round.node,
             &round.decisions,
-            |uid| self.records.get(uid.as_str())?.last_patch.as_ref(),
+            |uid| self.records.get(uid)?.last_patch.as_ref(),
             now.as_secs_f64(),
             &mut self.bucket,
             &self.settings.policy,
@@ -252,7 +252,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .filter(|p| p.direction == Direction::Lower)
             .filter(|p| {
                 self.records
-                    .get(p.uid.as_str())
+                    .get(&p.uid)
                     .and_then(|r| r.last_patch.as_ref())
                     .is_some_and(|l| {
                         l.last_patch_at_s == now_s && l.last_direction == Direction::Lower
@@ -260,7 +260,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             })
             .filter_map(|p| {
                 Some(Lowered {
-                    uid: p.uid.to_string(),
+                    uid: p.uid.clone(),
                     from_m: p.old_total_m?,
                     to_m: p.new_total_m,
                 })
@@ -282,8 +282,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 .lowering_checked(outcome::lowering_label(j.effect));
             let owed = views
                 .iter()
-                .find(|v| v.uid.as_str() == j.owed_uid)
-                .map_or_else(|| j.owed_uid.clone(), PodView::key);
+                .find(|v| v.cgroup_id == j.owed)
+                .map_or_else(|| j.owed.to_string(), PodView::key);
             for l in &j.lowered {
                 let effects = outcome::on_lowering_checked(
                     &mut self.records,
@@ -293,7 +293,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     now,
                     &self.settings.policy,
                 );
-                if let Some(v) = views.iter().find(|v| v.uid.as_str() == l.uid) {
+                if let Some(v) = views.iter().find(|v| v.uid == l.uid) {
                     self.apply(v, effects, now).await;
                 }
             }
@@ -314,7 +314,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
 
     /// Drops everything remembered about a pod: its record, and the event
     /// limiter's memory of it. A resize still in flight ends with it.
-    fn forget(&mut self, uid: &str) {
+    fn forget(&mut self, uid: &Uid) {
         if let Some(r) = self.records.forget(uid).and_then(|r| r.resize) {
             self.metrics
                 .resize(crate::metrics::ResizeResult::pod_gone, r.direction());
@@ -326,16 +326,16 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// record, and every pod the event limiter remembers (a pod it sent an
     /// Event about may have no record).
     fn forget_gone(&mut self, views: &[PodView]) {
-        let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
+        let live: HashSet<&Uid> = views.iter().map(|v| &v.uid).collect();
         let gone: HashSet<Uid> = self
             .records
             .uids()
             .chain(self.events.uids())
-            .filter(|u| !live.contains(u.as_str()))
+            .filter(|u| !live.contains(u))
             .cloned()
             .collect();
         for uid in gone {
-            self.forget(uid.as_str());
+            self.forget(&uid);
         }
         let names: HashSet<(String, String)> = views
             .iter()

@@ -14,7 +14,7 @@ use crate::contention::{self, Contention, Gate, HeldDemand};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
-use crate::model::{PodView, Qos, Uid};
+use crate::model::{CgroupPodId, PodView, Qos, Uid};
 use crate::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
 
 use super::round::Owed;
@@ -65,7 +65,8 @@ pub(super) struct ScanState {
     /// Last full scan: where every pod's cgroup is (shared with the scan
     /// task on the blocking pool).
     pub index: Option<Arc<NodeSnapshot>>,
-    index_uids: HashSet<Uid>,
+    /// The pods `index` holds, by cgroup id.
+    index_ids: HashSet<CgroupPodId>,
     /// A scan that outlived its tick's deadline: no second one is started
     /// while it runs.
     stuck: Option<ScanTask>,
@@ -92,7 +93,7 @@ impl ScanState {
             claims: Claims::default(),
             earlier: Contention::default(),
             index: None,
-            index_uids: HashSet::new(),
+            index_ids: HashSet::new(),
             stuck: None,
             last_tick_ok: true,
             logged_issues: Vec::new(),
@@ -111,7 +112,7 @@ impl ScanState {
         let audit_due = self.audit_requested || since(self.last_audit, audit_interval);
         let unseen = views
             .iter()
-            .any(|v| v.is_running() && !self.index_uids.contains(&v.uid));
+            .any(|v| v.is_running() && !self.index_ids.contains(&v.cgroup_id));
         self.index.is_none() || audit_due || (unseen && since(self.last_full, NEW_POD_RESCAN))
     }
 
@@ -126,7 +127,7 @@ impl ScanState {
     }
 }
 
-/// What a light tick reads of one pod ([`Agent::read_plan`]).
+/// What a light tick reads of one pod ([`read_plan`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Want {
     /// Everything (a resize in flight).
@@ -175,11 +176,17 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         );
         // Pods a lowering was made for are read every tick, like managed
         // pods, while it is checked and held: their usage is its effect.
-        let claimed: Vec<String> = self.scan.claims.watched().map(str::to_owned).collect();
+        let claimed: Vec<CgroupPodId> = self.scan.claims.watched().cloned().collect();
         let mut every_tick = managed.clone();
-        every_tick.extend(claimed.iter().map(String::as_str));
+        every_tick.extend(claimed.iter());
+        // Pods with a resize in flight are read in full (`read_plan`).
+        let resizing: HashSet<&CgroupPodId> = views
+            .iter()
+            .filter(|v| self.records.get(&v.uid).is_some_and(|r| r.resize.is_some()))
+            .map(|v| &v.cgroup_id)
+            .collect();
         let mut snap = match self
-            .read_tree(full, now.as_micros() as u64, &every_tick)
+            .read_tree(full, now.as_micros() as u64, &every_tick, &resizing)
             .await
         {
             Ok(s) => s,
@@ -196,7 +203,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         // previous tick did not read is measured since then.
         let older = if full {
             self.scan.last_full = Some(now);
-            self.scan.index_uids = snap.pods.iter().map(|p| p.uid.as_str().into()).collect();
+            self.scan.index_ids = snap.pods.iter().map(|p| p.id.clone()).collect();
             self.scan.index.replace(Arc::new(snap.clone()))
         } else {
             self.scan.index.clone()
@@ -230,7 +237,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let contention = self.attribute(&prev, &snap, &slack, &views, &managed);
         for d in &contention.displaced {
             tracing::debug!(
-                uid = %d.uid,
+                pod = %d.id,
                 interval_us = slack.interval_us,
                 waited_us = d.waited_us,
                 throttled_us = d.throttled_us,
@@ -276,23 +283,23 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         slack: &NodeUsage,
         contention: &Contention,
     ) -> Vec<Judged> {
-        let live: HashSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
+        let live: HashSet<&CgroupPodId> = views.iter().map(|v| &v.cgroup_id).collect();
         let quiet = Duration::from_secs_f64(self.settings.policy.contention_window_s.max(1.0));
         self.scan.claims.step(
             now,
-            |uid| {
-                let usage_m = slack.pods.iter().find(|p| p.uid == uid)?.usage_m?;
+            |id| {
+                let usage_m = slack.pods.iter().find(|p| &p.id == id)?.usage_m?;
                 let displaced_m = contention
                     .displaced
                     .iter()
-                    .find(|d| d.uid == uid)
+                    .find(|d| &d.id == id)
                     .map_or(0, |d| d.displaced_m);
                 Some(effect::Sample {
                     usage_m,
                     displaced_m,
                 })
             },
-            |uid| !live.contains(uid),
+            |id| !live.contains(id),
             quiet,
         )
     }
@@ -305,7 +312,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         &mut self,
         full: bool,
         at_us: u64,
-        managed: &HashSet<&str>,
+        managed: &HashSet<&CgroupPodId>,
+        resizing: &HashSet<&CgroupPodId>,
     ) -> Result<NodeSnapshot, TickError> {
         let deadline = self.settings.tick.max(MIN_SCAN_DEADLINE);
         if let Some(h) = &self.scan.stuck {
@@ -326,7 +334,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let index = if full { None } else { self.scan.index.clone() };
         let plan = index
             .as_deref()
-            .map(|index| self.read_plan(index, managed))
+            .map(|index| read_plan(index, managed, resizing))
             .unwrap_or_default();
         let gate = Gate::after(self.scan.prev.as_ref());
         let mut task = tokio::task::spawn_blocking(move || {
@@ -354,34 +362,6 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 Err(TickError::Timeout(deadline))
             }
         }
-    }
-
-    /// What a light tick reads of each pod of `index`, in its order.
-    ///
-    /// The policy needs the usage (and own throttling) of the pods it
-    /// manages, every tick; a pod in a resize is read in full, so its
-    /// `cpu.max` shows when the kubelet applied it. Every other pod's
-    /// counters, its pressure and the limited containers' throttling only
-    /// matter to who-waits-for-whom (`contention`), which has nothing to
-    /// attribute while kubepods does not stall ([`Gate`]): those are read
-    /// only then (and on every full scan). BestEffort pods have no quota to
-    /// throttle and no request to be owed: never.
-    fn read_plan(&self, index: &NodeSnapshot, managed: &HashSet<&str>) -> Vec<Want> {
-        index
-            .pods
-            .iter()
-            .map(|p| {
-                if self.records.get(&p.uid).is_some_and(|r| r.resize.is_some()) {
-                    Want::Full
-                } else if p.qos == Qos::BestEffort {
-                    Want::Nothing
-                } else if managed.contains(p.uid.as_str()) {
-                    Want::Usage
-                } else {
-                    Want::WhenStalled
-                }
-            })
-            .collect()
     }
 
     /// CPUs of the shared pool Burstable pods run on ([`crate::shared_pool`]),
@@ -424,7 +404,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         cur: &NodeSnapshot,
         slack: &NodeUsage,
         views: &[PodView],
-        managed: &HashSet<&str>,
+        managed: &HashSet<&CgroupPodId>,
     ) -> Contention {
         let t = contention::Thresholds {
             min_pct_of_request: self.settings.policy.pressure_start_pct,
@@ -493,11 +473,44 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     }
 }
 
+/// What a light tick reads of each pod of `index`, in its order;
+/// `resizing`: the pods with a resize in flight.
+///
+/// The policy needs the usage (and own throttling) of the pods it
+/// manages, every tick; a pod in a resize is read in full, so its
+/// `cpu.max` shows when the kubelet applied it. Every other pod's
+/// counters, its pressure and the limited containers' throttling only
+/// matter to who-waits-for-whom (`contention`), which has nothing to
+/// attribute while kubepods does not stall ([`Gate`]): those are read
+/// only then (and on every full scan). BestEffort pods have no quota to
+/// throttle and no request to be owed: never.
+fn read_plan(
+    index: &NodeSnapshot,
+    managed: &HashSet<&CgroupPodId>,
+    resizing: &HashSet<&CgroupPodId>,
+) -> Vec<Want> {
+    index
+        .pods
+        .iter()
+        .map(|p| {
+            if resizing.contains(&p.id) {
+                Want::Full
+            } else if p.qos == Qos::BestEffort {
+                Want::Nothing
+            } else if managed.contains(&p.id) {
+                Want::Usage
+            } else {
+                Want::WhenStalled
+            }
+        })
+        .collect()
+}
+
 /// Marks app vs sandbox container cgroups from the ids in pod status.
 pub fn mark_roles(pods: &mut [PodCgroup], views: &[PodView]) {
-    let by_uid: HashMap<&str, &PodView> = views.iter().map(|v| (v.uid.as_str(), v)).collect();
+    let by_id: HashMap<&CgroupPodId, &PodView> = views.iter().map(|v| (&v.cgroup_id, v)).collect();
     for cg in pods {
-        if let Some(v) = by_uid.get(cg.uid.as_str()) {
+        if let Some(v) = by_id.get(&cg.id) {
             let ids: Vec<&str> = v
                 .statuses
                 .iter()

@@ -556,7 +556,7 @@ mod tests {
             matches!(&fx[2], Effect::Log(Log::Forbidden { pause, .. }) if pause.as_secs() == 30)
         );
         assert!(
-            !m.may_patch("other", Duration::from_secs(11)),
+            !m.may_patch(&Uid::from("other"), Duration::from_secs(11)),
             "node-wide pause"
         );
         let mut m = Records::default();
@@ -568,7 +568,7 @@ mod tests {
         assert_eq!(fx[0], Effect::PatchError(PatchErrorClass::throttled));
         assert!(matches!(&fx[2], Effect::Log(Log::BackingOff { .. })));
         assert!(!m.may_patch(&view().uid, Duration::from_secs(10)));
-        assert!(m.may_patch("other", Duration::from_secs(10)));
+        assert!(m.may_patch(&Uid::from("other"), Duration::from_secs(10)));
     }
 
     #[test]

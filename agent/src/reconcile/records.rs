@@ -92,7 +92,7 @@ pub struct Records {
 
 impl Records {
     /// The record of a pod, if anything is remembered about it.
-    pub fn get(&self, uid: &str) -> Option<&PodRecord> {
+    pub fn get(&self, uid: &Uid) -> Option<&PodRecord> {
         self.pods.get(uid)
     }
 
@@ -101,7 +101,7 @@ impl Records {
         self.pods.entry(uid.clone()).or_default()
     }
 
-    pub fn get_mut(&mut self, uid: &str) -> Option<&mut PodRecord> {
+    pub fn get_mut(&mut self, uid: &Uid) -> Option<&mut PodRecord> {
         self.pods.get_mut(uid)
     }
 
@@ -115,7 +115,7 @@ impl Records {
     }
 
     /// Drops everything about a pod that is gone; what was remembered.
-    pub fn forget(&mut self, uid: &str) -> Option<PodRecord> {
+    pub fn forget(&mut self, uid: &Uid) -> Option<PodRecord> {
         self.pods.remove(uid)
     }
 
@@ -140,7 +140,7 @@ impl Records {
         self.pods.values().filter(|p| p.resize.is_some()).count()
     }
 
-    pub fn may_patch(&self, uid: &str, now: Duration) -> bool {
+    pub fn may_patch(&self, uid: &Uid, now: Duration) -> bool {
         self.forbidden.is_none_or(|f| now >= f.until)
             && self
                 .get(uid)
@@ -175,7 +175,7 @@ impl Records {
         b.until = now + REFUSAL_HOLD;
     }
 
-    pub fn succeeded(&mut self, uid: &str) {
+    pub fn succeeded(&mut self, uid: &Uid) {
         if let Some(p) = self.get_mut(uid) {
             p.backoff = None;
         }
@@ -239,29 +239,32 @@ mod tests {
     fn transient_failures_back_off_and_grow() {
         let mut m = Records::default();
         let d1 = m.transient(&"a".into(), S(10), 1.0);
-        assert!(!m.may_patch("a", S(10)));
-        assert!(m.may_patch("a", S(10) + d1));
+        assert!(!m.may_patch(&Uid::from("a"), S(10)));
+        assert!(m.may_patch(&Uid::from("a"), S(10) + d1));
         let d2 = m.transient(&"a".into(), S(20), 1.0);
         assert!(d2 > d1);
-        assert!(m.may_patch("b", S(10)), "other pods are not held");
-        m.succeeded("a");
-        assert!(m.may_patch("a", S(20)));
+        assert!(
+            m.may_patch(&Uid::from("b"), S(10)),
+            "other pods are not held"
+        );
+        m.succeeded(&Uid::from("a"));
+        assert!(m.may_patch(&Uid::from("a"), S(20)));
     }
 
     #[test]
     fn refusal_holds_the_pod() {
         let mut m = Records::default();
         m.refused(&"a".into(), S(0));
-        assert!(!m.may_patch("a", S(299)));
-        assert!(m.may_patch("a", S(300)));
+        assert!(!m.may_patch(&Uid::from("a"), S(299)));
+        assert!(m.may_patch(&Uid::from("a"), S(300)));
     }
 
     #[test]
     fn forbidden_stops_every_pod_and_doubles() {
         let mut m = Records::default();
         let d1 = m.forbidden(S(0));
-        assert!(!m.may_patch("x", S(1)));
-        assert!(m.may_patch("x", d1));
+        assert!(!m.may_patch(&Uid::from("x"), S(1)));
+        assert!(m.may_patch(&Uid::from("x"), d1));
         let d2 = m.forbidden(d1);
         assert_eq!(d2, d1 * 2);
         let mut last = d2;
@@ -284,7 +287,7 @@ mod tests {
         uids.sort_unstable();
         assert_eq!(uids, ["backoff", "declared", "dry", "floor", "yielded"]);
         for u in ["backoff", "declared", "dry", "floor", "yielded"] {
-            m.forget(u);
+            m.forget(&Uid::from(u));
         }
         assert_eq!(m.uids().count(), 0);
     }
@@ -294,9 +297,9 @@ mod tests {
         let mut m = Records::default();
         m.learn_floor(&"a".into(), 400);
         m.learn_floor(&"a".into(), 300);
-        assert_eq!(m.get("a").unwrap().learned_floor_m, Some(400));
-        m.forget("a");
-        assert!(m.get("a").is_none());
+        assert_eq!(m.get(&Uid::from("a")).unwrap().learned_floor_m, Some(400));
+        m.forget(&Uid::from("a"));
+        assert!(m.get(&Uid::from("a")).is_none());
     }
 
     #[test]
@@ -305,7 +308,7 @@ mod tests {
         let u: Uid = "u".into();
         m.track(&u, 3, Direction::Raise, S(0));
         m.track(&u, 4, Direction::Raise, S(10));
-        let r = m.get_mut("u").unwrap().resize.as_mut().unwrap();
+        let r = m.get_mut(&Uid::from("u")).unwrap().resize.as_mut().unwrap();
         assert!(!r.kubelet_status(&done(3), S(11)));
         assert!(r.kubelet_status(&done(4), S(12)));
         assert!(matches!(
@@ -318,7 +321,12 @@ mod tests {
     fn direction_is_kept_while_in_flight() {
         let mut m = Records::default();
         let u: Uid = "u".into();
-        let direction = |m: &Records| m.get("u")?.resize.as_ref().map(InflightResize::direction);
+        let direction = |m: &Records| {
+            m.get(&Uid::from("u"))?
+                .resize
+                .as_ref()
+                .map(InflightResize::direction)
+        };
         assert_eq!(m.track(&u, 3, Direction::Lower, S(0)), None);
         assert_eq!(direction(&m), Some(Direction::Lower));
         assert_eq!(m.resizes_in_flight(), 1);
@@ -328,13 +336,13 @@ mod tests {
             "the replaced resize ends superseded"
         );
         assert_eq!(direction(&m), Some(Direction::Raise));
-        let gone = m.forget("u").and_then(|r| r.resize);
+        let gone = m.forget(&Uid::from("u")).and_then(|r| r.resize);
         assert_eq!(
             gone.map(|r| r.direction()),
             Some(Direction::Raise),
             "it ends with the pod"
         );
-        assert!(m.forget("u").is_none());
+        assert!(m.forget(&Uid::from("u")).is_none());
         assert_eq!(direction(&m), None);
         assert_eq!(m.resizes_in_flight(), 0);
     }
@@ -342,10 +350,10 @@ mod tests {
     #[test]
     fn unknown_or_forgotten_pod_gives_nothing() {
         let mut m = Records::default();
-        assert!(m.get("x").is_none());
+        assert!(m.get(&Uid::from("x")).is_none());
         m.track(&"u".into(), 1, Direction::Raise, S(0));
-        m.forget("u");
-        assert!(m.get("u").is_none(), "nothing left to verify");
+        m.forget(&Uid::from("u"));
+        assert!(m.get(&Uid::from("u")).is_none(), "nothing left to verify");
         assert_eq!(m.resizes_in_flight(), 0);
     }
 }

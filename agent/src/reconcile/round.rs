@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::contention::Contention;
-use crate::model::{DeclaredLimits, Millis, PodView, Uid};
+use crate::model::{CgroupPodId, DeclaredLimits, Millis, PodView, Uid};
 use crate::node_slack::NodeUsage;
 use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
 
@@ -73,12 +73,12 @@ pub fn decide_round<'a>(
     wall_clock_s: i64,
     cfg: &PolicyConfig,
 ) -> Round {
-    let usage: HashMap<&str, (Millis, f64)> = slack
+    let usage: HashMap<&CgroupPodId, (Millis, f64)> = slack
         .pods
         .iter()
         .map(|p| {
             (
-                p.uid.as_str(),
+                &p.id,
                 (p.usage_m.unwrap_or(0), p.throttled_ratio.unwrap_or(0.0)),
             )
         })
@@ -86,7 +86,7 @@ pub fn decide_round<'a>(
     let inputs: Vec<PodInput<'_>> = views
         .iter()
         .map(|v| {
-            let (usage_m, throttled_ratio) = usage.get(v.uid.as_str()).copied().unwrap_or((0, 0.0));
+            let (usage_m, throttled_ratio) = usage.get(&v.cgroup_id).copied().unwrap_or((0, 0.0));
             let known = known(&v.uid);
             PodInput {
                 pod: v,

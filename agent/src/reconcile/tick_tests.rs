@@ -25,7 +25,7 @@ use crate::kube::pods::PodApi;
 use crate::kube::resize::{ResizeAnswer, ResizeRequest};
 use crate::kube::watch::Caches;
 use crate::metrics::Metrics;
-use crate::model::{ContainerKind, DeclaredLimits, Millis, OwnerRef};
+use crate::model::{ContainerKind, DeclaredLimits, Millis, OwnerRef, Uid};
 use crate::policy::PolicyConfig;
 use crate::verify::InflightResize;
 
@@ -346,7 +346,7 @@ async fn idle_node_raises_and_a_conflict_is_reread_and_retried_once() {
     assert_eq!(
         h.agent
             .records
-            .get(UID)
+            .get(&Uid::from(UID))
             .and_then(|r| r.resize.as_ref())
             .map(InflightResize::generation),
         Some(2),
@@ -386,7 +386,11 @@ async fn refusal_with_a_floor_is_learned_and_the_next_plan_respects_it() {
     assert_eq!(refused.change, app_limit(100), "lowered to the request");
     let q = refused.quantum_m;
     assert_eq!(
-        h.agent.records.get(UID).unwrap().learned_floor_m,
+        h.agent
+            .records
+            .get(&Uid::from(UID))
+            .unwrap()
+            .learned_floor_m,
         Some(100 + q)
     );
     let lower_refused = [("result", "refused"), ("direction", "lower")];
@@ -725,7 +729,7 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
     );
     let pods = "headroom_pods";
     assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 1.0);
-    assert!(h.agent.records.get(UID).unwrap().yielded);
+    assert!(h.agent.records.get(&Uid::from(UID)).unwrap().yielded);
 
     // A resume time before the change does not cover it.
     h.pods
@@ -748,7 +752,7 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
         h.resizes().last().map(|r| r.change.clone()),
         Some(app_limit(400))
     );
-    assert!(!h.agent.records.get(UID).unwrap().yielded);
+    assert!(!h.agent.records.get(&Uid::from(UID)).unwrap().yielded);
     assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 0.0);
     assert_eq!(
         h.events()
@@ -777,7 +781,7 @@ async fn a_calm_tick_reads_the_managed_pods_only_and_a_stall_reads_everyone() {
             .iter()
             .map(|p| {
                 let s = p.sample.as_ref().unwrap();
-                (p.uid.clone(), s.pressure.is_some(), p.containers.len())
+                (p.id.to_string(), s.pressure.is_some(), p.containers.len())
             })
             .collect::<Vec<_>>()
     };

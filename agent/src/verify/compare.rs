@@ -6,7 +6,7 @@ use std::fmt;
 
 use crate::cgroup::{CgroupError, ContainerRole, CpuMax, Driver, NodeSnapshot, PodCgroup};
 pub use crate::model::Target;
-use crate::model::{PodView, Uid};
+use crate::model::{CgroupPodId, PodView, Uid};
 use crate::quantity::format_cpu_millis;
 use crate::verify::expected::{DEFAULT_PERIOD_US, Expected, ExpectedMax, expected_cpu_max};
 
@@ -135,15 +135,6 @@ pub struct PodAudit {
     pub mismatches: Vec<Mismatch>,
 }
 
-/// The uid the kubelet names the pod cgroup after: a static pod's config
-/// hash (its mirror Pod carries it in `kubernetes.io/config.mirror` and has
-/// another `metadata.uid`), else `metadata.uid`.
-pub fn cgroup_uid(pod: &PodView) -> &str {
-    pod.annotation("kubernetes.io/config.mirror")
-        .filter(|h| !h.is_empty())
-        .unwrap_or(&pod.uid)
-}
-
 /// The period to derive expectations with: the pod cgroup's own, else a
 /// container's, else the kubelet default (then nothing was readable and the
 /// period only shows in messages).
@@ -162,18 +153,19 @@ fn period_of(cg: &PodCgroup) -> u64 {
 
 /// One full audit: every running, non-terminating pod against the scanned
 /// cgroups. A running pod without a pod cgroup is a [`Observed::NoCgroup`]
-/// mismatch. `uid` is the Pod's `metadata.uid`. Pods with no mismatch are listed too (empty `mismatches`), so
-/// a drift tracker can clear them.
+/// mismatch. A pod is matched to its cgroup by [`PodView::cgroup_id`]; the
+/// result is keyed by its `metadata.uid`. Pods with no mismatch are listed too
+/// (empty `mismatches`), so a drift tracker can clear them.
 pub fn audit<'a>(
     pods: impl IntoIterator<Item = &'a PodView>,
     cgroups: &[PodCgroup],
     driver: Driver,
 ) -> Vec<PodAudit> {
-    let by_uid: HashMap<&str, &PodCgroup> = cgroups.iter().map(|c| (c.uid.as_str(), c)).collect();
+    let by_id: HashMap<&CgroupPodId, &PodCgroup> = cgroups.iter().map(|c| (&c.id, c)).collect();
     pods.into_iter()
         .filter(|p| p.is_running() && !p.terminating)
         .map(|p| {
-            let mismatches = match by_uid.get(cgroup_uid(p)) {
+            let mismatches = match by_id.get(&p.cgroup_id) {
                 Some(cg) => compare(&expected_cpu_max(p, period_of(cg)), cg, driver),
                 None => vec![Mismatch {
                     target: Target::Pod,
@@ -197,16 +189,14 @@ pub fn audit_snapshot<'a>(
     pods: impl IntoIterator<Item = &'a PodView>,
     snap: &NodeSnapshot,
 ) -> Vec<PodAudit> {
-    let by_uid: HashMap<&str, &PodCgroup> = snap.pods.iter().map(|c| (c.uid.as_str(), c)).collect();
-    let judged = pods
-        .into_iter()
-        .filter(|p| match by_uid.get(cgroup_uid(p)) {
-            None => !snap.unlisted_qos.contains(&p.qos),
-            Some(cg) => !cg
-                .sample
-                .as_ref()
-                .is_err_and(CgroupError::is_permission_denied),
-        });
+    let by_id: HashMap<&CgroupPodId, &PodCgroup> = snap.pods.iter().map(|c| (&c.id, c)).collect();
+    let judged = pods.into_iter().filter(|p| match by_id.get(&p.cgroup_id) {
+        None => !snap.unlisted_qos.contains(&p.qos),
+        Some(cg) => !cg
+            .sample
+            .as_ref()
+            .is_err_and(CgroupError::is_permission_denied),
+    });
     audit(judged, &snap.pods, snap.layout.driver)
 }
 
@@ -265,7 +255,7 @@ pub(crate) mod tests {
             throttled_usec: None,
         });
         PodCgroup {
-            uid: p.uid.to_string(),
+            id: p.cgroup_id.clone(),
             qos: p.qos,
             path,
             sample: Ok(sample(max(e.pod.quota_us()))),
@@ -425,7 +415,7 @@ pub(crate) mod tests {
         let a = audit(&pods, &cgroups, Driver::Cgroupfs);
         assert_eq!(a.len(), 2);
         assert_eq!(a[0].mismatches, vec![]);
-        assert_eq!(a[1].uid, "u1");
+        assert_eq!(a[1].uid.as_str(), "u1");
         assert_eq!(a[1].mismatches[0].actual, Observed::NoCgroup);
     }
 
@@ -461,7 +451,7 @@ pub(crate) mod tests {
         };
         let a = audit_snapshot(&pods, &snap);
         assert_eq!(a.len(), 1, "{a:?}");
-        assert_eq!(a[0].uid, "u0");
+        assert_eq!(a[0].uid.as_str(), "u0");
         assert_eq!(a[0].mismatches, vec![], "a denied container is not drift");
         // Once the QoS directory lists again, a pod without a cgroup is drift.
         snap.unlisted_qos.clear();
@@ -477,12 +467,14 @@ pub(crate) mod tests {
     fn static_pod_is_found_by_its_config_hash() {
         let mut pods = many(1, 200);
         let mut cg = cgroup_for(&pods[0]);
-        cg.uid = "confighash".into();
-        pods[0]
-            .annotations
-            .insert("kubernetes.io/config.mirror".into(), "confighash".into());
+        cg.id = "confighash".into();
+        pods[0].annotations.insert(
+            crate::kube::view::MIRROR_ANNOTATION.into(),
+            "confighash".into(),
+        );
+        pods[0].cgroup_id = crate::kube::view::cgroup_pod_id(&pods[0].uid, &pods[0].annotations);
         let a = audit(&pods, &[cg], Driver::Cgroupfs);
-        assert_eq!(a[0].uid, "u0");
+        assert_eq!(a[0].uid.as_str(), "u0");
         assert_eq!(a[0].mismatches, vec![]);
     }
 

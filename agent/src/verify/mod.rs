@@ -10,9 +10,7 @@ pub mod drift;
 pub mod expected;
 pub mod watch;
 
-pub use compare::{
-    Mismatch, Observed, PodAudit, Target, audit, audit_snapshot, cgroup_uid, compare,
-};
+pub use compare::{Mismatch, Observed, PodAudit, Target, audit, audit_snapshot, compare};
 pub use drift::{DEFAULT_GRACE, DriftEvent, InflightResize, PodDrift, ResizeOutcome, kubelet_done};
 pub use expected::{Expected, ExpectedContainer, ExpectedMax, expected_cpu_max};
 pub use watch::{CgroupWatch, WatchEvent, dirs_to_watch, watch_key};

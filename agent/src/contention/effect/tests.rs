@@ -9,7 +9,7 @@ fn s(t: u64) -> Duration {
 /// A pod within its 800m request (threshold 80m), short of CPU.
 fn owed(uid: &str, usage_m: Millis, displaced_m: Millis, deficit_m: Millis) -> Displaced {
     Displaced {
-        uid: uid.into(),
+        id: uid.into(),
         waited_us: 0,
         throttled_us: 0,
         displaced_us: 0,
@@ -43,7 +43,7 @@ fn sample(usage_m: Millis, displaced_m: Millis) -> Option<Sample> {
 fn applied() -> Claims {
     let mut c = Claims::default();
     c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
-    assert!(c.resize_done("svc", true).is_empty());
+    assert!(c.resize_done(&Uid::from("svc"), true).is_empty());
     c
 }
 
@@ -51,10 +51,10 @@ fn applied() -> Claims {
 fn a_claim_opens_only_when_something_was_lowered() {
     let mut c = Claims::default();
     c.open([&owed("steady", 500, 250, 250)], &[], s(0));
-    assert!(!c.has("steady"));
+    assert!(!c.has(&CgroupPodId::from("steady")));
     c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
-    assert!(c.has("steady"));
-    assert_eq!(c.holds().get("svc"), Some(&1650));
+    assert!(c.has(&CgroupPodId::from("steady")));
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn no_second_lowering_for_a_pod_before_the_first_ones_effect_is_known() {
     assert_eq!(c.fresh(&contention), (60, 1));
     // A second claim for the same pod does not replace the first.
     c.open([&owed("steady", 500, 300, 300)], &svc(1650, 1350), s(1));
-    assert_eq!(c.holds().get("svc"), Some(&1650));
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn nothing_is_judged_before_the_kubelet_applied_the_lowering() {
         assert!(j.is_empty(), "judged at {t} s before the resize showed");
     }
     // Another pod's resize does not count.
-    assert!(c.resize_done("web", true).is_empty());
+    assert!(c.resize_done(&Uid::from("web"), true).is_empty());
     assert!(
         c.step(s(10), |_| sample(500, 250), |_| false, QUIET)
             .is_empty()
@@ -107,12 +107,12 @@ fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
             c.step(s(t), |_| sample(650, 50), |_| false, QUIET)
                 .is_empty()
         );
-        assert_eq!(c.holds().get("svc"), Some(&1650), "at {t} s");
+        assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650), "at {t} s");
     }
     // ...one low interval is noise...
     c.step(s(30), |_| sample(100, 0), |_| false, QUIET);
     c.step(s(31), |_| sample(650, 0), |_| false, QUIET);
-    assert!(c.has("steady"));
+    assert!(c.has(&CgroupPodId::from("steady")));
     // Still short after the first step, but a marginal wait (under twice
     // its 80m threshold) earns no follow-up...
     let marginal = Contention {
@@ -121,7 +121,11 @@ fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
     };
     assert_eq!(c.fresh(&marginal), (0, 0));
     c.open([&owed("steady", 650, 120, 120)], &svc(1650, 1550), s(31));
-    assert_eq!(c.holds().get("svc"), Some(&1650), "no claim opened");
+    assert_eq!(
+        c.holds().get(&Uid::from("svc")),
+        Some(&1650),
+        "no claim opened"
+    );
     // ...a strong one does: a second lowering replaces the claim and
     // holds lower.
     let contention = Contention {
@@ -130,9 +134,9 @@ fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
     };
     assert_eq!(c.fresh(&contention), (150, 1));
     c.open([&owed("steady", 650, 170, 150)], &svc(1650, 1500), s(31));
-    assert_eq!(c.holds().get("svc"), Some(&1500));
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1500));
     assert_eq!(c.fresh(&contention), (0, 0), "not before this one is known");
-    c.resize_done("svc", true);
+    c.resize_done(&Uid::from("svc"), true);
     c.step(s(32), |_| sample(800, 0), |_| false, QUIET);
     let j = c.step(s(33), |_| sample(800, 0), |_| false, QUIET);
     assert_eq!((j[0].effect, j[0].before.usage_m), (Effect::Helped, 650));
@@ -140,7 +144,7 @@ fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
     for t in 34..37 {
         c.step(s(t), |_| sample(100, 0), |_| false, QUIET);
     }
-    assert!(!c.has("steady"));
+    assert!(!c.has(&CgroupPodId::from("steady")));
     assert!(c.holds().is_empty());
 }
 
@@ -174,7 +178,7 @@ fn a_lowering_that_bought_nothing_is_undone_and_not_repeated_while_the_demand_la
     for t in 20..26 {
         c.step(s(t), |_| sample(500, 0), |_| false, QUIET);
     }
-    assert!(!c.has("steady"));
+    assert!(!c.has(&CgroupPodId::from("steady")));
     assert_eq!(c.fresh(&contention), (250, 1));
 }
 
@@ -194,9 +198,9 @@ fn gains_below_the_need_are_no_effect() {
 fn a_lowering_never_applied_is_dropped_unjudged() {
     let mut c = Claims::default();
     c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
-    let j = c.resize_done("svc", false);
+    let j = c.resize_done(&Uid::from("svc"), false);
     assert_eq!(j[0].effect, Effect::Unjudged);
-    assert!(!c.has("steady"));
+    assert!(!c.has(&CgroupPodId::from("steady")));
     let mut c = Claims::default();
     c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
     assert!(c.step(s(59), |_| None, |_| false, QUIET).is_empty());
@@ -223,14 +227,14 @@ fn a_claim_waits_for_every_pod_it_lowered() {
         },
     ];
     c.open([&owed("steady", 500, 250, 250)], &two, s(0));
-    c.resize_done("a", true);
+    c.resize_done(&Uid::from("a"), true);
     c.step(s(1), |_| sample(800, 0), |_| false, QUIET);
     c.step(s(2), |_| sample(800, 0), |_| false, QUIET);
     assert!(
         c.step(s(3), |_| sample(800, 0), |_| false, QUIET)
             .is_empty()
     );
-    c.resize_done("b", true);
+    c.resize_done(&Uid::from("b"), true);
     c.step(s(4), |_| sample(800, 0), |_| false, QUIET);
     assert_eq!(
         c.step(s(5), |_| sample(800, 0), |_| false, QUIET)[0].effect,
@@ -242,9 +246,9 @@ fn a_claim_waits_for_every_pod_it_lowered() {
 fn a_claim_ends_with_its_owed_pod() {
     let mut c = applied();
     assert!(
-        c.step(s(6), |_| sample(700, 0), |u| u == "steady", QUIET)
+        c.step(s(6), |_| sample(700, 0), |u| u.as_str() == "steady", QUIET)
             .is_empty()
     );
-    assert!(!c.has("steady"));
+    assert!(!c.has(&CgroupPodId::from("steady")));
     assert!(c.holds().is_empty());
 }
