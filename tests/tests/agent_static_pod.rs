@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use testkit::agent::{fast_args, metric};
+use testkit::agent::{fast_args_with, metric};
 use testkit::kubelet_sim::StaticPod;
 use testkit::scenario::pod::{burstable, cpu_limit_m, generation, touched_by_agent};
 use testkit::scenario::{Scenario, quick_kubelet, wait_until};
@@ -41,6 +41,14 @@ fn displaced_lines(log: &str, hash: &str, pod: &str) -> Vec<String> {
         .collect()
 }
 
+/// The agent's `resized` lines, for a failure message.
+fn resized_lines(log: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains(" resized "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The timestamp a log line starts with (RFC 3339, so it sorts as text).
 fn at(line: &str) -> &str {
     line.split_whitespace().next().unwrap_or_default()
@@ -62,9 +70,16 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
         .sim(quick_kubelet)
         .sim(|cfg| {
             cfg.allocatable_cpu_m = 1000;
+            // Counters 20 times per agent tick (see the agent's tick below).
+            cfg.tick = Duration::from_millis(25);
             cfg.static_pods = vec![StaticPod::new(manifest)];
         })
-        .agent(fast_args())
+        // Ticks of 500 ms: a tick's usage of kubepods and of a pod, read a
+        // moment apart, differ by up to a simulator tick (more when the host
+        // is loaded); over 200 ms that swung the slack of this one-CPU node
+        // by 200–700m and sent the managed pod to its floor before anyone
+        // waited.
+        .agent(fast_args_with(&[("--tick", "500ms")]))
         .start()
         .await;
     let node = c.node().to_string();
@@ -81,9 +96,18 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
         cpu_limit_m(p, "app") == Some(1000)
     })
     .await;
+    // The managed pod busy first and alone (10 agent ticks): the static pod
+    // starts waiting against a steady burst, not in the agent's first noisy
+    // interval of both loads changing at once (where a slack lowering to
+    // the floor, made before anyone is owed, opens no claim).
+    c.sim().set_demand(&c.ns, "m", 1000);
+    tokio::time::sleep(secs(2)).await;
+    c.wait_pod("m", "busy alone at 900m or more", |p| {
+        cpu_limit_m(p, "app").is_some_and(|m| m >= 900)
+    })
+    .await;
     c.sim().set_demand(&c.ns, &sp, STATIC_DEMAND_M);
     c.sim().set_cede(&c.ns, &sp, CEDE);
-    c.sim().set_demand(&c.ns, "m", 1000);
     let load_at = std::time::Instant::now();
 
     // 1. The agent sees the static pod wait, by its cgroup.
@@ -166,7 +190,7 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
     }
 
     // 4. The lowering is checked against the static pod, named as such.
-    let checked = wait_until("lowering checked for the static pod", secs(20), || {
+    let checked = wait_until("lowering checked for the static pod", secs(30), || {
         let l = agent
             .log()
             .lines()
@@ -181,8 +205,10 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
             l
         }
         Err(e) => c.fail(format!(
-            "{e}: the lowering made for {sp_key} was never checked (its claim dropped: \
-             the owed pod looked gone?)"
+            "{e}: the lowering made for {sp_key} was never checked (no lowering made on \
+             a tick it was owed, or its claim dropped: the owed pod looked gone?); \
+             resizes:\n{}",
+            resized_lines(&agent.log())
         )),
     };
     assert_eq!(
@@ -195,6 +221,14 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
         Some("helped"),
         "the lowering gave the static pod its CPU: {checked}"
     );
+    for l in displaced_lines(&agent.log(), &hash, &sp_key)
+        .iter()
+        .filter(|l| at(l) <= at(&checked))
+        .rev()
+        .take(4)
+    {
+        eprintln!("measured: before the check: {l}");
+    }
     let helped = c.wait_events("m", "HeadroomLoweringHelped").await;
     let note = helped[0].note.clone().unwrap_or_default();
     assert!(note.contains(&sp_key), "Event names the static pod: {note}");
@@ -236,6 +270,7 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
     assert_eq!(generation(&mirror), 1, "the mirror pod's spec changed");
     assert!(!touched_by_agent(&mirror), "the agent wrote the mirror pod");
     assert_eq!(mirror.metadata.uid.as_deref(), Some(mirror_uid.as_str()));
+    eprintln!("resizes:\n{}", resized_lines(&agent.log()));
     eprintln!("measured: test took {:?}", started.elapsed());
 }
 
