@@ -12,11 +12,11 @@ use std::path::Path;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use headroom::cgroup::{self, Depth};
-use headroom::contention::{self, Contention, Thresholds};
 use headroom::model::PodView;
-use headroom::node_slack::{self, CapacityInputs};
 use headroom::policy::{PolicyConfig, TokenBucket, plan};
 use headroom::reconcile::decide_round;
+use headroom::signal::contention::{self, Contention, Thresholds};
+use headroom::signal::usage::{self, CapacityInputs};
 use headroom::testkit::{PodBuilder, container, resources};
 
 fn write(dir: &Path, cpu_max: &str, usage: u64) {
@@ -96,18 +96,20 @@ fn bench(c: &mut Criterion) {
         let layout = cgroup::discover(t.path()).unwrap();
         let prev = cgroup::scan(t.path(), &layout, 0).unwrap();
         let cur = cgroup::scan(t.path(), &layout, 1_000_000).unwrap();
-        let s = node_slack::measure(&prev, &cur, cap);
+        let s = usage::measure(&prev, &cur, cap);
         let th = Thresholds {
             min_pct_of_request: cfg.pressure_start_pct,
             cpus: 64,
             reserve_m: cfg.reserve_m,
         };
         let calm = Contention::default();
-        let managed = contention::managed(&views, "n", &opted, Some(true), 0);
-        let round = |s: &node_slack::NodeUsage, c: &Contention| {
+        let eligible = headroom::policy::Eligibility::of(&views, "n", &opted, Some(true), 0);
+        let managed = contention::managed(&views, &eligible);
+        let round = |s: &usage::NodeUsage, c: &Contention| {
             let r = decide_round(
                 "n",
                 &views,
+                &eligible,
                 s,
                 c,
                 headroom::reconcile::Owed::of(c),
@@ -128,7 +130,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 at += 1_000_000;
                 let light = cgroup::rescan(t.path(), &cur, at, |_, _| Depth::Stat).unwrap();
-                let s = node_slack::measure(&cur, &light, cap);
+                let s = usage::measure(&cur, &light, cap);
                 black_box(round(&s, &calm))
             })
         });
@@ -138,7 +140,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 at += 1_000_000;
                 let light = cgroup::rescan(t.path(), &cur, at, |_, _| Depth::StatPressure).unwrap();
-                let s = node_slack::measure(&cur, &light, cap);
+                let s = usage::measure(&cur, &light, cap);
                 let c = contention::attribute(
                     &cur,
                     &light,
@@ -156,7 +158,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 at += 1_000_000;
                 let full = cgroup::scan(t.path(), &layout, at).unwrap();
-                let s = node_slack::measure(&cur, &full, cap);
+                let s = usage::measure(&cur, &full, cap);
                 black_box(round(&s, &calm))
             })
         });

@@ -3,16 +3,14 @@
 //! observe (cgroup, slack) → decide (policy) → act (kube) → verify (verify).
 
 pub mod cgroup;
-pub mod contention;
 pub mod kube;
 pub mod metrics;
 pub mod model;
 pub mod names;
-pub mod node_slack;
 pub mod policy;
 pub mod quantity;
 pub mod reconcile;
-pub mod shared_pool;
+pub mod signal;
 #[cfg(any(test, feature = "test-kit"))]
 pub mod testkit;
 pub mod verify;

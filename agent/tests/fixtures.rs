@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use headroom::cgroup::{self, ContainerRole, CpuMax, Driver, PodCgroup, Runtime};
 use headroom::model::{Millis, PodView};
-use headroom::node_slack::{self, CapacityInputs, CapacitySource};
+use headroom::signal::usage::{self, CapacityInputs, CapacitySource};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 fn fixtures_dir() -> PathBuf {
@@ -309,7 +309,7 @@ fn slack_reads_capacity_from_each_fixture() {
             online_cpus: 64,
             shared_pool_cpus: None,
         };
-        let s = node_slack::measure(&a, &b, cap);
+        let s = usage::measure(&a, &b, cap);
         // Same bytes twice: nothing used, all capacity is slack.
         assert_eq!(s.usage_m, 0, "{}", f.name);
         assert_eq!(s.idle_m, s.capacity_m, "{}", f.name);

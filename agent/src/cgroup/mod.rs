@@ -21,6 +21,7 @@ pub mod file {
     pub const CONTROLLERS: &str = "cgroup.controllers";
 }
 
+pub mod cpuset;
 pub mod layout;
 pub mod parse;
 pub mod read;

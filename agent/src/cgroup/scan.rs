@@ -291,26 +291,7 @@ impl Reader<'_> {
 
     /// `e` on `self.path`, typed.
     fn error(&self, e: ReadError) -> CgroupError {
-        let path = self.path.clone();
-        match e {
-            ReadError::PermissionDenied(source) => CgroupError::PermissionDenied {
-                path,
-                source: source.into(),
-            },
-            ReadError::Symlink => CgroupError::NotRegular {
-                path,
-                what: "a symlink",
-            },
-            ReadError::NotRegular(what) => CgroupError::NotRegular { path, what },
-            ReadError::TooLarge => CgroupError::TooLarge {
-                path,
-                limit: read::MAX_FILE,
-            },
-            ReadError::NotFound(source) | ReadError::Io(source) => CgroupError::Io {
-                path,
-                source: source.into(),
-            },
-        }
+        CgroupError::from_read(self.path.clone(), e)
     }
 
     /// Reads `file` of the current cgroup into `self.buf`.

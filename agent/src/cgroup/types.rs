@@ -148,6 +148,32 @@ pub enum CgroupError {
 }
 
 impl CgroupError {
+    /// A read of `path` that failed, typed: the one mapping of the reader's
+    /// errors to the scan's (a file not found is `Io` here: a reader that
+    /// can tell vanished from missing says so itself).
+    pub fn from_read(path: PathBuf, e: super::read::ReadError) -> Self {
+        use super::read::{MAX_FILE, ReadError};
+        match e {
+            ReadError::PermissionDenied(source) => CgroupError::PermissionDenied {
+                path,
+                source: source.into(),
+            },
+            ReadError::Symlink => CgroupError::NotRegular {
+                path,
+                what: "a symlink",
+            },
+            ReadError::NotRegular(what) => CgroupError::NotRegular { path, what },
+            ReadError::TooLarge => CgroupError::TooLarge {
+                path,
+                limit: MAX_FILE,
+            },
+            ReadError::NotFound(source) | ReadError::Io(source) => CgroupError::Io {
+                path,
+                source: source.into(),
+            },
+        }
+    }
+
     pub fn is_permission_denied(&self) -> bool {
         matches!(self, CgroupError::PermissionDenied { .. })
     }

@@ -105,14 +105,16 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     let prev = cgroup::scan(&a.cgroup_root, &layout, 0)?;
     tokio::time::sleep(a.interval).await;
     let cur = cgroup::scan(&a.cgroup_root, &layout, t0.elapsed().as_micros() as u64)?;
-    let (_, round) = super::stateless_round(
-        &node_name,
-        &views,
+    let (_, round) = headroom::reconcile::stateless::stateless_round(
+        &headroom::reconcile::stateless::Node {
+            name: &node_name,
+            views: &views,
+            allocatable_m: allocatable,
+            opted_in_namespaces: &opted,
+        },
         prev,
         cur,
-        allocatable,
         &a.cgroup_root,
-        &opted,
         &policy,
     );
     let Some(d) = round

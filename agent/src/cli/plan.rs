@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use headroom::cgroup;
 use headroom::model::{CgroupPodId, PodView, Uid};
-use headroom::node_slack::{CapacitySource, NodeUsage, booked_request};
 use headroom::policy::{Decision, PatchPlan, TokenBucket};
 use headroom::reconcile::Round;
+use headroom::signal::usage::{CapacitySource, NodeUsage, booked_request};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 
@@ -109,14 +109,16 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let opted: HashSet<String> = a.opted_in.iter().cloned().collect();
-    let (s, round) = super::stateless_round(
-        &node_name,
-        &views,
+    let (s, round) = headroom::reconcile::stateless::stateless_round(
+        &headroom::reconcile::stateless::Node {
+            name: &node_name,
+            views: &views,
+            allocatable_m: allocatable,
+            opted_in_namespaces: &opted,
+        },
         prev,
         cur,
-        allocatable,
         &a.cgroup_root,
-        &opted,
         &policy,
     );
     let mut bucket = TokenBucket::from_config(&policy);
@@ -128,45 +130,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
         &mut bucket,
         &policy,
     );
-    let booked: u64 = views
-        .iter()
-        .filter(|v| !v.terminating)
-        .map(booked_request)
-        .sum();
-    let booked_slack = allocatable.map(|a| a as i64 - booked as i64);
-    let qos = views
-        .iter()
-        .map(|v| (v.uid.clone(), v.qos.as_str()))
-        .collect();
-    let limits = views
-        .iter()
-        .map(|v| (v.uid.clone(), spec_limit(v)))
-        .collect();
-    let by_id: HashMap<&CgroupPodId, u64> = s
-        .pods
-        .iter()
-        .filter_map(|p| Some((&p.id, p.usage_m?)))
-        .collect();
-    let usage = views
-        .iter()
-        .filter_map(|v| Some((v.uid.clone(), *by_id.get(&v.cgroup_id)?)))
-        .collect();
-    let keys = views
-        .iter()
-        .map(|v| (v.cgroup_id.clone(), v.key()))
-        .collect();
-    let report = Report {
-        node_name: &node_name,
-        qos,
-        limits,
-        usage,
-        keys,
-        slack: &s,
-        round: &round,
-        patches: &outcome.patches,
-        held: &outcome.held,
-        booked_slack,
-    };
+    let report = Report::new(&node_name, &views, allocatable, &s, &round, &outcome);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
@@ -243,6 +207,58 @@ pub fn capacity_source(c: CapacitySource) -> &'static str {
     }
 }
 
+impl<'a> Report<'a> {
+    /// What the report prints of `views`, joined with the round's figures.
+    fn new(
+        node_name: &'a str,
+        views: &[PodView],
+        allocatable: Option<u64>,
+        s: &'a NodeUsage,
+        round: &'a Round,
+        outcome: &'a headroom::policy::PlanOutcome,
+    ) -> Self {
+        let booked: u64 = views
+            .iter()
+            .filter(|v| !v.terminating)
+            .map(booked_request)
+            .sum();
+        let booked_slack = allocatable.map(|a| a as i64 - booked as i64);
+        let qos = views
+            .iter()
+            .map(|v| (v.uid.clone(), v.qos.as_str()))
+            .collect();
+        let limits = views
+            .iter()
+            .map(|v| (v.uid.clone(), spec_limit(v)))
+            .collect();
+        let by_id: HashMap<&CgroupPodId, u64> = s
+            .pods
+            .iter()
+            .filter_map(|p| Some((&p.id, p.usage_m?)))
+            .collect();
+        let usage = views
+            .iter()
+            .filter_map(|v| Some((v.uid.clone(), *by_id.get(&v.cgroup_id)?)))
+            .collect();
+        let keys = views
+            .iter()
+            .map(|v| (v.cgroup_id.clone(), v.key()))
+            .collect();
+        Report {
+            node_name,
+            qos,
+            limits,
+            usage,
+            keys,
+            slack: s,
+            round,
+            patches: &outcome.patches,
+            held: &outcome.held,
+            booked_slack,
+        }
+    }
+}
+
 impl Report<'_> {
     /// What happens to a pod: the patch, the hold, or nothing.
     fn decision(&self, d: &Decision) -> (String, String) {
@@ -288,7 +304,7 @@ impl Report<'_> {
     }
 
     /// One pod that waited for CPU others held, and whether that is owed.
-    fn waited(&self, w: &headroom::contention::Displaced, free_m: u64) -> String {
+    fn waited(&self, w: &headroom::signal::contention::Displaced, free_m: u64) -> String {
         let key = self
             .keys
             .get(&w.id)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use headroom::cgroup::{self, CpuMax, NodeSnapshot};
 use headroom::model::CgroupPodId;
-use headroom::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
+use headroom::signal::usage::{self, CapacityInputs, NodeUsage, UsageBasis};
 use serde_json::{Value, json};
 
 #[derive(Debug, clap::Args)]
@@ -44,17 +44,17 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut prev = cgroup::scan(&a.cgroup_root, &layout, at()).context("first sample")?;
     std::thread::sleep(a.interval);
     let mut cur = cgroup::scan(&a.cgroup_root, &layout, at()).context("second sample")?;
-    headroom::reconcile::mark_roles(&mut prev.pods, &views);
-    headroom::reconcile::mark_roles(&mut cur.pods, &views);
+    headroom::signal::mark_roles(&mut prev.pods, &views);
+    headroom::signal::mark_roles(&mut cur.pods, &views);
     let names: std::collections::HashMap<&CgroupPodId, String> =
         views.iter().map(|v| (&v.cgroup_id, v.key())).collect();
-    let pool = headroom::shared_pool::read(&a.cgroup_root, &cur);
+    let pool = headroom::signal::shared_pool::read(&a.cgroup_root, &cur);
     let cap = CapacityInputs {
         node_allocatable_m: a.node_allocatable,
-        online_cpus: node_slack::online_cpus_at(&a.cgroup_root),
+        online_cpus: usage::online_cpus_at(&a.cgroup_root),
         shared_pool_cpus: pool.as_ref().map(|p| p.cpus),
     };
-    let s = node_slack::measure(&prev, &cur, cap);
+    let s = usage::measure(&prev, &cur, cap);
     for e in &cur.issues {
         tracing::warn!("{e}");
     }
@@ -78,7 +78,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The shared CPU pool Burstable pods run on, one line (and one per skipped cpuset).
-pub fn pool_line(p: &headroom::shared_pool::SharedPool) -> String {
+pub fn pool_line(p: &headroom::signal::shared_pool::SharedPool) -> String {
     let mut o = format!(
         "  shared CPU pool {} ({} CPUs; cpuset.cpus.effective of {} Burstable/BestEffort containers)",
         p.list, p.cpus, p.read

@@ -2,7 +2,6 @@
 //! `CgroupDrift`, `CgroupDriftCleared`, `HeadroomYielded`), rate-limited per pod and reason so a
 //! flapping pod cannot flood the apiserver.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -10,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 pub use kube::runtime::events::EventType;
 use kube::runtime::events::{Event, Recorder, Reporter};
 
-use crate::model::{PodView, Uid};
+use crate::model::PodView;
 
 pub const REASON_RESIZED: &str = "HeadroomResized";
 pub const REASON_REFUSED: &str = "HeadroomResizeRefused";
@@ -23,13 +22,21 @@ pub const REASON_DRIFT_CLEARED: &str = "CgroupDriftCleared";
 /// Headroom leaves the pod's limits to another writer (`policy::writers`).
 pub const REASON_YIELDED: &str = "HeadroomYielded";
 
-/// Pure limiter: at most one event per (pod, reason) per `interval`, and at
-/// most `burst` events per `interval` node-wide.
+/// When each reason's Event was last sent for one pod. Kept in the pod's
+/// record (`reconcile::records::PodRecord`), so it is forgotten with the pod.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SentEvents {
+    /// (reason, when): a handful of reasons at most, so a list.
+    last: Vec<(&'static str, Duration)>,
+}
+
+/// Pure limiter: at most one event per (pod, reason) per `interval` (the
+/// pod's [`SentEvents`]), and at most `burst` events per `interval`
+/// node-wide.
 #[derive(Debug)]
 pub struct EventLimiter {
     interval: Duration,
     burst: usize,
-    last: HashMap<(Uid, &'static str), Duration>,
     window_start: Duration,
     in_window: usize,
 }
@@ -39,14 +46,14 @@ impl EventLimiter {
         Self {
             interval,
             burst,
-            last: HashMap::new(),
             window_start: Duration::ZERO,
             in_window: 0,
         }
     }
 
-    /// Whether an event may be sent now; records it if so.
-    pub fn allow(&mut self, pod_uid: &Uid, reason: &'static str, now: Duration) -> bool {
+    /// Whether an event of `reason` may be sent now for the pod whose
+    /// events so far are `sent`; records it there if so.
+    pub fn allow(&mut self, sent: &mut SentEvents, reason: &'static str, now: Duration) -> bool {
         if now.saturating_sub(self.window_start) >= self.interval {
             self.window_start = now;
             self.in_window = 0;
@@ -54,25 +61,13 @@ impl EventLimiter {
         if self.in_window >= self.burst {
             return false;
         }
-        let key = (pod_uid.clone(), reason);
-        if let Some(t) = self.last.get(&key)
-            && now.saturating_sub(*t) < self.interval
-        {
-            return false;
+        match sent.last.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, t)) if now.saturating_sub(*t) < self.interval => return false,
+            Some((_, t)) => *t = now,
+            None => sent.last.push((reason, now)),
         }
-        self.last.insert(key, now);
         self.in_window += 1;
         true
-    }
-
-    /// Drops the memory of a pod that is gone.
-    pub fn forget(&mut self, pod_uid: &Uid) {
-        self.last.retain(|(uid, _), _| uid != pod_uid);
-    }
-
-    /// Pods (uids) with an event remembered (once per reason).
-    pub fn uids(&self) -> impl Iterator<Item = &Uid> {
-        self.last.keys().map(|(uid, _)| uid)
     }
 }
 
@@ -131,12 +126,13 @@ impl<R: EventApi> EventSink<R> {
     pub async fn publish(
         &mut self,
         pod: &PodView,
+        sent: &mut SentEvents,
         type_: EventType,
         reason: &'static str,
         note: String,
         now: Duration,
     ) -> bool {
-        if !self.limiter.allow(&pod.uid, reason, now) {
+        if !self.limiter.allow(sent, reason, now) {
             tracing::debug!(pod = %pod.key(), reason, "event rate-limited");
             return false;
         }
@@ -152,15 +148,6 @@ impl<R: EventApi> EventSink<R> {
             return false;
         }
         true
-    }
-
-    pub fn forget(&mut self, pod_uid: &Uid) {
-        self.limiter.forget(pod_uid);
-    }
-
-    /// Pods (uids) the rate limiter remembers an event of.
-    pub fn uids(&self) -> impl Iterator<Item = &Uid> {
-        self.limiter.uids()
     }
 }
 
@@ -184,51 +171,44 @@ mod tests {
     #[test]
     fn one_event_per_pod_and_reason_per_interval() {
         let mut l = EventLimiter::new(S(60), 100);
-        assert!(l.allow(&Uid::from("a"), REASON_RESIZED, S(0)));
-        assert!(!l.allow(&Uid::from("a"), REASON_RESIZED, S(30)));
+        let (mut a, mut b) = (SentEvents::default(), SentEvents::default());
+        assert!(l.allow(&mut a, REASON_RESIZED, S(0)));
+        assert!(!l.allow(&mut a, REASON_RESIZED, S(30)));
         assert!(
-            l.allow(&Uid::from("a"), REASON_REFUSED, S(30)),
+            l.allow(&mut a, REASON_REFUSED, S(30)),
             "other reason has its own budget"
         );
         assert!(
-            l.allow(&Uid::from("b"), REASON_RESIZED, S(30)),
+            l.allow(&mut b, REASON_RESIZED, S(30)),
             "other pod has its own budget"
         );
-        assert!(l.allow(&Uid::from("a"), REASON_RESIZED, S(60)));
+        assert!(l.allow(&mut a, REASON_RESIZED, S(60)));
     }
 
     #[test]
     fn node_wide_burst_caps_a_storm() {
         let mut l = EventLimiter::new(S(60), 3);
-        let sent = (0..50)
-            .filter(|i| l.allow(&Uid::from(format!("pod{i}")), REASON_DRIFT, S(1)))
+        let mut pods = vec![SentEvents::default(); 50];
+        let sent = pods
+            .iter_mut()
+            .map(|p| l.allow(p, REASON_DRIFT, S(1)))
+            .filter(|&allowed| allowed)
             .count();
         assert_eq!(sent, 3);
         assert!(
-            l.allow(&Uid::from("pod99"), REASON_DRIFT, S(62)),
+            l.allow(&mut SentEvents::default(), REASON_DRIFT, S(62)),
             "window refills"
         );
     }
 
     #[test]
-    fn forget_resets_a_pod() {
+    fn a_pods_memory_is_its_own_a_fresh_one_starts_over() {
         let mut l = EventLimiter::new(S(60), 10);
-        assert!(l.allow(&Uid::from("a"), REASON_DRIFT, S(0)));
-        l.forget(&Uid::from("a"));
-        assert!(l.allow(&Uid::from("a"), REASON_DRIFT, S(1)));
-    }
-
-    #[test]
-    fn uids_lists_pods_with_a_remembered_event_until_forgotten() {
-        let mut l = EventLimiter::new(S(60), 10);
-        assert!(l.allow(&Uid::from("a"), REASON_DRIFT, S(0)));
-        assert!(l.allow(&Uid::from("a"), REASON_DRIFT_CLEARED, S(0)));
-        assert!(l.allow(&Uid::from("b"), REASON_RESIZED, S(0)));
-        let mut uids: Vec<&str> = l.uids().map(Uid::as_str).collect();
-        uids.sort_unstable();
-        assert_eq!(uids, ["a", "a", "b"]);
-        l.forget(&Uid::from("a"));
-        assert_eq!(l.uids().map(Uid::as_str).collect::<Vec<_>>(), ["b"]);
+        let mut a = SentEvents::default();
+        assert!(l.allow(&mut a, REASON_DRIFT, S(0)));
+        assert!(!l.allow(&mut a, REASON_DRIFT, S(1)));
+        // A pod forgotten and seen again (a new record) starts over.
+        assert!(l.allow(&mut SentEvents::default(), REASON_DRIFT, S(1)));
     }
 
     /// Records what reaches the API.
@@ -253,20 +233,42 @@ mod tests {
         .map(|p| PodView::try_from(&p).unwrap())
         .unwrap();
         let mut sink = EventSink::with_recorder(Recorded::default(), S(60));
+        let mut sent = SentEvents::default();
         let long = "x".repeat(2000);
         assert!(
-            sink.publish(&pod, EventType::Warning, REASON_DRIFT, long, S(0))
-                .await
+            sink.publish(
+                &pod,
+                &mut sent,
+                EventType::Warning,
+                REASON_DRIFT,
+                long,
+                S(0)
+            )
+            .await
         );
         assert!(
             !sink
-                .publish(&pod, EventType::Warning, REASON_DRIFT, "again".into(), S(1))
+                .publish(
+                    &pod,
+                    &mut sent,
+                    EventType::Warning,
+                    REASON_DRIFT,
+                    "again".into(),
+                    S(1)
+                )
                 .await,
             "same pod and reason within the interval"
         );
         assert!(
-            sink.publish(&pod, EventType::Normal, REASON_RESIZED, "ok".into(), S(1))
-                .await
+            sink.publish(
+                &pod,
+                &mut sent,
+                EventType::Normal,
+                REASON_RESIZED,
+                "ok".into(),
+                S(1)
+            )
+            .await
         );
         let seen = sink.recorder.0.lock().unwrap().clone();
         assert_eq!(seen.len(), 2);

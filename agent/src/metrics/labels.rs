@@ -124,7 +124,7 @@ pub struct DriftEventLabels {
 }
 
 /// What a lowering made for a pod short of CPU bought, once checked
-/// (`crate::contention::effect`).
+/// (`crate::signal::contention::effect`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
 pub enum LoweringEffect {

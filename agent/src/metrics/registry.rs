@@ -39,7 +39,7 @@ pub struct Metrics {
     pub node_pressure_full: GaugeF,
     pub node_throttling_stall: GaugeF,
     pub node_contention: GaugeF,
-    /// CPUs of the shared pool Burstable pods run on (`crate::shared_pool`).
+    /// CPUs of the shared pool Burstable pods run on (`crate::signal::shared_pool`).
     pub node_shared_pool_cpus: GaugeF,
     pub pod_request: Family<PodLabels, GaugeF>,
     pub pod_limit: Family<PodLabels, GaugeF>,

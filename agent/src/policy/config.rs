@@ -39,7 +39,7 @@ pub struct PolicyConfig {
     /// A pod within its CPU request counts as displaced, and is owed the
     /// CPU it waited for, once that CPU (its `cpu.pressure` `full` beyond its
     /// own throttling) reaches this percent of its request
-    /// (`crate::contention`). Range 0–99, default `10.0`.
+    /// (`crate::signal::contention`). Range 0–99, default `10.0`.
     pub pressure_start_pct: f64,
     /// Time constant (seconds) over which what displaced pods are owed is
     /// released once they stop waiting; it is taken at once when they start.

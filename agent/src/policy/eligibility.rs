@@ -189,6 +189,61 @@ pub struct ManagedContainer {
     pub limit_m: Option<Millis>,
 }
 
+/// Every pod's answer to [`eligibility`] for one tick, in the order of the
+/// pods it was asked for: asked once, read by the contention signal (which
+/// pods are Headroom's) and by the policy round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Eligibility(Vec<Result<ManagedShape, Unmanaged>>);
+
+impl Eligibility {
+    /// Asks [`eligibility`] of each of `views`, with the node's context.
+    pub fn of(
+        views: &[PodView],
+        node_name: &str,
+        opted_in_namespaces: &std::collections::HashSet<String>,
+        pod_level_resize_supported: Option<bool>,
+        wall_clock_s: i64,
+    ) -> Self {
+        Self(
+            views
+                .iter()
+                .map(|v| {
+                    eligibility(
+                        v,
+                        &EligibilityCtx {
+                            node_name,
+                            namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
+                            pod_level_resize_supported,
+                            wall_clock_s,
+                        },
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// From answers already asked, in the pods' order.
+    pub fn from_answers(answers: Vec<Result<ManagedShape, Unmanaged>>) -> Self {
+        Self(answers)
+    }
+
+    /// The answer for the `index`-th pod.
+    pub fn get(&self, index: usize) -> Option<&Result<ManagedShape, Unmanaged>> {
+        self.0.get(index)
+    }
+
+    /// Whether the `index`-th pod is Headroom's this tick: eligible, or held
+    /// only by a resize in flight (pending, in progress, not yet observed by
+    /// the kubelet), which leaves it Headroom's once done.
+    pub fn is_headrooms(&self, index: usize) -> bool {
+        match self.0.get(index) {
+            Some(Ok(_)) => true,
+            Some(Err(u)) => u.is_transient(),
+            None => false,
+        }
+    }
+}
+
 /// What Headroom patches for a managed pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ManagedShape {

@@ -75,7 +75,7 @@ impl LastPatch {
     }
 
     /// Ends the raise cooldown as of `now_s`: the lowering it followed
-    /// was found to buy nothing (`crate::contention::effect`), so the limit
+    /// was found to buy nothing (`crate::signal::contention::effect`), so the limit
     /// it took may come back at once. The flap count stays.
     pub fn waive_raise_cooldown(&mut self, now_s: f64, cfg: &PolicyConfig) {
         self.last_patch_at_s = self.last_patch_at_s.min(now_s - self.raise_cooldown_s(cfg));

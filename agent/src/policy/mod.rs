@@ -16,7 +16,7 @@
 //! whole-pod requests `r_i` give the real slack
 //! `S = C − reserve − (K − Σu_i) − Σ min(u_i, r_i) − owed`, where `owed` is
 //! the CPU pods within their requests waited for while others held it and
-//! the node had less free CPU than that (`crate::contention`: per-pod PSI
+//! the node had less free CPU than that (`crate::signal::contention`: per-pod PSI
 //! `full` beyond their own throttling; never a managed pod's own queueing
 //! or throttling), and a pod a lowering helped holds the lowered pods at
 //! their lowered limits ([`PodInput::held_at_m`]). `S` is
@@ -46,7 +46,9 @@ use crate::model::{DeclaredLimits, Millis, PodView, Uid};
 
 pub use bucket::TokenBucket;
 pub use config::{ConfigError, FloorMode, PolicyConfig};
-pub use eligibility::{EligibilityCtx, ManagedContainer, ManagedShape, Unmanaged, eligibility};
+pub use eligibility::{
+    Eligibility, EligibilityCtx, ManagedContainer, ManagedShape, Unmanaged, eligibility,
+};
 pub use floors::Floor;
 pub use hysteresis::{
     Direction, Hold, HoldReason, LastPatch, PatchKind, PatchPlan, PlanOutcome, plan,
@@ -88,7 +90,7 @@ pub struct PodInput<'a> {
     pub declared: Option<&'a DeclaredLimits>,
     /// The limit a lowering made for a pod short of CPU holds this pod to
     /// while that pod still needs what it bought
-    /// (`crate::contention::effect`): no raise above it, whatever the
+    /// (`crate::signal::contention::effect`): no raise above it, whatever the
     /// slack says, so the CPU taken is not handed back at the cooldown.
     pub held_at_m: Option<Millis>,
 }
@@ -329,6 +331,30 @@ struct Managed {
     ceiling_m: Millis,
 }
 
+/// [`decide_with`], asking [`eligibility`] of each pod first: for callers
+/// that have not asked it this tick (tests, benches).
+pub fn decide(
+    node: &NodeInputs<'_>,
+    pods: &[PodInput<'_>],
+    cfg: &PolicyConfig,
+) -> (NodeDecision, Vec<Decision>) {
+    let eligible = Eligibility::from_answers(
+        pods.iter()
+            .map(|p| eligibility(p.pod, &ctx_of(node, p)))
+            .collect(),
+    );
+    decide_with(node, pods, &eligible, cfg)
+}
+
+fn ctx_of<'a>(node: &NodeInputs<'a>, p: &PodInput<'_>) -> EligibilityCtx<'a> {
+    EligibilityCtx {
+        node_name: node.node_name,
+        namespace_opted_in: p.namespace_opted_in,
+        pod_level_resize_supported: node.pod_level_resize_supported,
+        wall_clock_s: node.wall_clock_s,
+    }
+}
+
 /// One decision round over the pods of this node. Decisions come back in
 /// the order of `pods`. Ties in the water-filling go to the smaller uid, so
 /// the result does not depend on the order of `pods`.
@@ -336,23 +362,28 @@ struct Managed {
     clippy::too_many_lines,
     reason = "the policy's one pass over the pods, step by step as the docs give it"
 )]
-pub fn decide(
+pub fn decide_with(
     node: &NodeInputs<'_>,
     pods: &[PodInput<'_>],
+    eligible: &Eligibility,
     cfg: &PolicyConfig,
 ) -> (NodeDecision, Vec<Decision>) {
     let q = cfg.quantum_m.max(1);
     let mut decisions = Vec::with_capacity(pods.len());
     let mut managed = Vec::new();
     for (index, p) in pods.iter().enumerate() {
-        let ctx = EligibilityCtx {
-            node_name: node.node_name,
-            namespace_opted_in: p.namespace_opted_in,
-            pod_level_resize_supported: node.pod_level_resize_supported,
-            wall_clock_s: node.wall_clock_s,
-        };
         let pod = p.pod;
-        let (request_m, verdict) = match eligibility(pod, &ctx) {
+        let asked;
+        let answer = match eligible.get(index) {
+            Some(a) => a,
+            None => {
+                // Not asked for this pod (a caller's slip): ask now rather
+                // than decide on no answer.
+                asked = eligibility(pod, &ctx_of(node, p));
+                &asked
+            }
+        };
+        let (request_m, verdict) = match answer.clone() {
             Err(reason) => {
                 // A pod held only while a resize goes through (another
                 // writer's next one, say) still yields to that writer: its

@@ -50,7 +50,7 @@ pub fn raw_slack(
     }
 }
 
-/// The round's contention: plain figures from [`crate::contention`].
+/// The round's contention: plain figures from [`crate::signal::contention`].
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct ContentionInputs {
     /// kubepods PSI `some` over the last interval: everything that waited,
@@ -64,7 +64,7 @@ pub struct ContentionInputs {
     /// CPU owed to them, held across ticks: what managed pods give back.
     pub demand_m: Millis,
     /// Idle CPU pods could have had, less what managed pods' own quotas
-    /// held back (`crate::contention::free_m`).
+    /// held back (`crate::signal::contention::free_m`).
     pub free_m: Millis,
 }
 

@@ -30,7 +30,10 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     reason,
                     note,
                 } => {
-                    self.events.publish(view, type_, reason, note, now).await;
+                    let sent = &mut self.records.entry(&view.uid).events;
+                    self.events
+                        .publish(view, sent, type_, reason, note, now)
+                        .await;
                 }
                 Effect::Log(line) => log(view, &line),
                 Effect::Forget => self.forget(&view.uid),

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use super::Round;
 use crate::metrics::{Metrics, NodeValues, PodValues};
 use crate::model::{CgroupPodId, Millis, PodView, Uid};
-use crate::node_slack::{NodeUsage, booked_request};
 use crate::policy::Verdict;
+use crate::signal::usage::{NodeUsage, booked_request};
 
 /// The node's gauges for this round; `allocatable` as the Node (or the
 /// flag) says.

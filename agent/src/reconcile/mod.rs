@@ -14,6 +14,7 @@ mod observe;
 pub mod outcome;
 pub mod records;
 pub mod round;
+pub mod stateless;
 
 #[cfg(test)]
 mod tick_tests;
@@ -26,21 +27,21 @@ use std::time::{Duration, Instant};
 use kube::runtime::events::Recorder;
 
 use crate::cgroup::{Layout, NodeSnapshot};
-use crate::contention::effect::{Judged, Lowered};
 use crate::kube::events::{self, EventApi, EventSink};
 use crate::kube::pods::{KubePods, PodApi};
 use crate::kube::watch::Caches;
 use crate::metrics::Metrics;
 use crate::model::{Millis, PodView, Uid};
-use crate::node_slack;
 use crate::policy::{Direction, PatchPlan, PolicyConfig, TokenBucket};
+use crate::signal::contention::effect::{Judged, Lowered};
+use crate::signal::usage;
 
 use act::PodLevel;
 use declared::Templates;
 use observe::{Observation, ScanState};
 use records::{Jitter, Records};
 
-pub use observe::{TickError, mark_roles};
+pub use observe::TickError;
 pub use round::{Known, Owed, Round, decide_round};
 
 /// Settings of the `run` loop (flags of `headroom-agent run`).
@@ -123,7 +124,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             pod_level: PodLevel::default(),
             templates: Templates::default(),
             clock: Box::new(move || started.elapsed()),
-            online_cpus: node_slack::online_cpus_at(&settings.cgroup_root),
+            online_cpus: usage::online_cpus_at(&settings.cgroup_root),
             jitter: Jitter::new(0x9E37_79B9_7F4A_7C15 ^ u64::from(std::process::id())),
             settings,
         }
@@ -206,6 +207,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let round = decide_round(
             &self.settings.node_name,
             &obs.views,
+            &obs.eligible,
             &obs.slack,
             &obs.contention,
             obs.owed,
@@ -239,7 +241,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// A lowering the apiserver accepted this tick while pods were owed
     /// CPU that no lowering was made for yet is made for them: one claim
     /// each, checked once the kubelet applied it
-    /// ([`crate::contention::effect`]). What was held for them is then
+    /// ([`crate::signal::contention::effect`]). What was held for them is then
     /// let go: the claim holds the lowered limits instead, and the
     /// neighbour's own usage keeps the slack down from there.
     fn open_claims(&mut self, obs: &Observation, patches: &[PatchPlan], now: Duration) {
@@ -312,25 +314,21 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
     }
 
-    /// Drops everything remembered about a pod: its record, and the event
-    /// limiter's memory of it. A resize still in flight ends with it.
+    /// Drops everything remembered about a pod: its record (the Events
+    /// sent for it included). A resize still in flight ends with it.
     fn forget(&mut self, uid: &Uid) {
         if let Some(r) = self.records.forget(uid).and_then(|r| r.resize) {
             self.metrics
                 .resize(crate::metrics::ResizeResult::pod_gone, r.direction());
         }
-        self.events.forget(uid);
     }
 
-    /// Drops state and series of pods that left the node: every pod with a
-    /// record, and every pod the event limiter remembers (a pod it sent an
-    /// Event about may have no record).
+    /// Drops state and series of pods that left the node.
     fn forget_gone(&mut self, views: &[PodView]) {
         let live: HashSet<&Uid> = views.iter().map(|v| &v.uid).collect();
         let gone: HashSet<Uid> = self
             .records
             .uids()
-            .chain(self.events.uids())
             .filter(|u| !live.contains(u))
             .cloned()
             .collect();

@@ -8,14 +8,16 @@ use std::time::{Duration, Instant};
 
 use super::Agent;
 use crate::cgroup::read::Handles;
-use crate::cgroup::{self, Depth, NodeSnapshot, PodCgroup, ScanError, Scanner};
-use crate::contention::effect::{self, Claims, Judged};
-use crate::contention::{self, Contention, Gate, HeldDemand};
+use crate::cgroup::{CgroupError, Depth, NodeSnapshot, ScanError, Scanner};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
 use crate::model::{CgroupPodId, PodView, Qos, Uid};
-use crate::node_slack::{self, CapacityInputs, NodeUsage, UsageBasis};
+use crate::policy::Eligibility;
+use crate::signal::contention::effect::{self, Claims, Judged};
+use crate::signal::contention::{self, Contention, Gate, HeldDemand};
+use crate::signal::usage::{CapacityInputs, NodeUsage, UsageBasis};
+use crate::signal::{self, Signal};
 
 use super::round::Owed;
 
@@ -144,6 +146,8 @@ enum Want {
 /// One tick's observations.
 pub(super) struct Observation {
     pub views: Vec<PodView>,
+    /// Each view's eligibility this tick, asked once ([`Eligibility::of`]).
+    pub eligible: Eligibility,
     pub cur: NodeSnapshot,
     pub slack: NodeUsage,
     /// Who waited for CPU this interval.
@@ -167,13 +171,92 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .scan
             .wants_full(&views, now, self.settings.audit_interval);
         let opted = self.caches.opted_in_namespaces();
-        let managed = contention::managed(
+        let eligible = Eligibility::of(
             &views,
             &self.settings.node_name,
             &opted,
             self.pod_level.supported,
             crate::policy::writers::wall_clock_s(),
         );
+        let managed = contention::managed(&views, &eligible);
+        let (mut snap, older) = self.read_snapshot(now, full, &views, &managed).await?;
+        signal::mark_roles(&mut snap.pods, &views);
+        self.metrics
+            .scan_duration
+            .observe(t_scan.elapsed().as_secs_f64());
+        let Some(prev) = self.scan.prev.take() else {
+            self.scan.prev = Some(snap);
+            return None; // first sample: no rates yet
+        };
+        let pool = self.shared_pool(&snap).await;
+        let cap = CapacityInputs {
+            node_allocatable_m: self.allocatable_m(),
+            online_cpus: self.online_cpus,
+            shared_pool_cpus: pool,
+        };
+        let Signal {
+            usage: slack,
+            contention,
+        } = signal::between(
+            &prev,
+            &snap,
+            &views,
+            &eligible,
+            signal::Inputs {
+                capacity: cap,
+                thresholds: self.thresholds(),
+                earlier: &self.scan.earlier,
+                older: older.as_deref(),
+            },
+        );
+        drop(older);
+        if slack.usage_basis != UsageBasis::Kubepods {
+            // kubepods' counter went backwards (or time did not advance): the
+            // interval's usage is unknown, and reading it as 0 would hand out
+            // the whole node as slack. Skip it; the next interval is clean.
+            self.metrics.scan_error(ScanErrorKind::counter_reset);
+            tracing::warn!(basis = ?slack.usage_basis, "kubepods usage_usec went backwards; skipping this interval's usage");
+            self.scan.prev = Some(snap);
+            self.scan.earlier = Contention::default();
+            return None;
+        }
+        log_displaced(&contention, slack.interval_us);
+        drop(managed);
+        self.scan.earlier = contention.clone();
+        drop(prev);
+        let judged = self.step_claims(now, &views, &slack, &contention);
+        let (fresh_m, fresh_pods) = self.scan.claims.fresh(&contention);
+        let demand_m = self.scan.held.update(
+            fresh_m,
+            slack.interval_us,
+            self.settings.policy.contention_window_s,
+        );
+        Some(Observation {
+            views,
+            eligible,
+            cur: snap,
+            slack,
+            contention,
+            owed: Owed {
+                demand_m,
+                fresh_pods,
+            },
+            judged,
+            full,
+        })
+    }
+
+    /// Reads this tick's snapshot (`full`: every pod, every file; else what
+    /// [`read_plan`] asks), and the last full scan before it: the usage of
+    /// a pod the previous tick did not read is measured since then. `None`
+    /// when the read failed (counted and logged).
+    async fn read_snapshot(
+        &mut self,
+        now: Duration,
+        full: bool,
+        views: &[PodView],
+        managed: &HashSet<&CgroupPodId>,
+    ) -> Option<(NodeSnapshot, Option<Arc<NodeSnapshot>>)> {
         // Pods a lowering was made for are read every tick, like managed
         // pods, while it is checked and held: their usage is its effect.
         let claimed: Vec<CgroupPodId> = self.scan.claims.watched().cloned().collect();
@@ -185,7 +268,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .filter(|v| self.records.get(&v.uid).is_some_and(|r| r.resize.is_some()))
             .map(|v| &v.cgroup_id)
             .collect();
-        let mut snap = match self
+        let snap = match self
             .read_tree(full, now.as_micros() as u64, &every_tick, &resizing)
             .await
         {
@@ -208,69 +291,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         } else {
             self.scan.index.clone()
         };
-        mark_roles(&mut snap.pods, &views);
-        self.metrics
-            .scan_duration
-            .observe(t_scan.elapsed().as_secs_f64());
-        let Some(prev) = self.scan.prev.take() else {
-            self.scan.prev = Some(snap);
-            return None; // first sample: no rates yet
-        };
-        let pool = self.shared_pool(&snap).await;
-        let cap = CapacityInputs {
-            node_allocatable_m: self.allocatable_m(),
-            online_cpus: self.online_cpus,
-            shared_pool_cpus: pool,
-        };
-        let slack = node_slack::measure_with(&prev, &snap, cap, older.as_deref());
-        drop(older);
-        if slack.usage_basis != UsageBasis::Kubepods {
-            // kubepods' counter went backwards (or time did not advance): the
-            // interval's usage is unknown, and reading it as 0 would hand out
-            // the whole node as slack. Skip it; the next interval is clean.
-            self.metrics.scan_error(ScanErrorKind::counter_reset);
-            tracing::warn!(basis = ?slack.usage_basis, "kubepods usage_usec went backwards; skipping this interval's usage");
-            self.scan.prev = Some(snap);
-            self.scan.earlier = Contention::default();
-            return None;
-        }
-        let contention = self.attribute(&prev, &snap, &slack, &views, &managed);
-        for d in &contention.displaced {
-            tracing::debug!(
-                pod = %d.id,
-                interval_us = slack.interval_us,
-                waited_us = d.waited_us,
-                throttled_us = d.throttled_us,
-                displaced_m = d.displaced_m,
-                usage_m = d.usage_m,
-                request_m = d.request_m,
-                owed_m = d.deficit_m,
-                "pod displaced"
-            );
-        }
-        drop(every_tick);
-        drop(managed);
-        self.scan.earlier = contention.clone();
-        drop(prev);
-        let judged = self.step_claims(now, &views, &slack, &contention);
-        let (fresh_m, fresh_pods) = self.scan.claims.fresh(&contention);
-        let demand_m = self.scan.held.update(
-            fresh_m,
-            slack.interval_us,
-            self.settings.policy.contention_window_s,
-        );
-        Some(Observation {
-            views,
-            cur: snap,
-            slack,
-            contention,
-            owed: Owed {
-                demand_m,
-                fresh_pods,
-            },
-            judged,
-            full,
-        })
+        Some((snap, older))
     }
 
     /// One interval of every open lowering claim ([`effect`]): the owed
@@ -364,12 +385,12 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
     }
 
-    /// CPUs of the shared pool Burstable pods run on ([`crate::shared_pool`]),
+    /// CPUs of the shared pool Burstable pods run on ([`crate::signal::shared_pool`]),
     /// read on the blocking pool (a hung filesystem must not stall the
     /// runtime thread); `None` when unread, and then nothing narrows capacity.
     /// Skipped cpusets are logged and counted, never fatal.
     async fn shared_pool(&self, snap: &NodeSnapshot) -> Option<u64> {
-        use crate::shared_pool::{self, SkipKind};
+        use crate::signal::shared_pool;
         let paths = shared_pool::candidates(snap);
         if paths.is_empty() {
             return None;
@@ -383,13 +404,10 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         };
         let pool = pool?;
         for s in &pool.skipped {
-            let kind = match s.kind {
-                SkipKind::Vanished => continue,
-                SkipKind::PermissionDenied => ScanErrorKind::permission_denied,
-                SkipKind::NotRegular => ScanErrorKind::not_regular_file,
-                SkipKind::Io => ScanErrorKind::io,
-                SkipKind::Malformed => ScanErrorKind::malformed,
-            };
+            if matches!(s.error, CgroupError::Vanished(_)) {
+                continue; // churn: the container went away since the scan
+            }
+            let kind = ScanErrorKind::of(&s.error);
             self.metrics.scan_error(kind);
             tracing::warn!(path = %s.path.display(), "{}; left out of the shared CPU pool", s.why);
         }
@@ -397,29 +415,13 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         Some(pool.cpus)
     }
 
-    /// Who waited for CPU between `prev` and `cur` (see [`contention`]).
-    fn attribute(
-        &self,
-        prev: &NodeSnapshot,
-        cur: &NodeSnapshot,
-        slack: &NodeUsage,
-        views: &[PodView],
-        managed: &HashSet<&CgroupPodId>,
-    ) -> Contention {
-        let t = contention::Thresholds {
+    /// What a wait must reach to be owed, on this node.
+    fn thresholds(&self) -> contention::Thresholds {
+        contention::Thresholds {
             min_pct_of_request: self.settings.policy.pressure_start_pct,
             cpus: self.online_cpus,
             reserve_m: self.settings.policy.reserve_m,
-        };
-        contention::attribute(
-            prev,
-            cur,
-            slack,
-            &contention::requests(views),
-            managed,
-            &self.scan.earlier,
-            t,
-        )
+        }
     }
 
     /// Counts every read error of the snapshot; logs them when they change.
@@ -506,17 +508,19 @@ fn read_plan(
         .collect()
 }
 
-/// Marks app vs sandbox container cgroups from the ids in pod status.
-pub fn mark_roles(pods: &mut [PodCgroup], views: &[PodView]) {
-    let by_id: HashMap<&CgroupPodId, &PodView> = views.iter().map(|v| (&v.cgroup_id, v)).collect();
-    for cg in pods {
-        if let Some(v) = by_id.get(&cg.id) {
-            let ids: Vec<&str> = v
-                .statuses
-                .iter()
-                .filter_map(|s| s.container_id.as_deref())
-                .collect();
-            cgroup::mark_roles(cg, &ids);
-        }
+/// Logs each pod that waited this interval (debug).
+fn log_displaced(contention: &Contention, interval_us: u64) {
+    for d in &contention.displaced {
+        tracing::debug!(
+            pod = %d.id,
+            interval_us,
+            waited_us = d.waited_us,
+            throttled_us = d.throttled_us,
+            displaced_m = d.displaced_m,
+            usage_m = d.usage_m,
+            request_m = d.request_m,
+            owed_m = d.deficit_m,
+            "pod displaced"
+        );
     }
 }

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use crate::contention::effect::{Effect as Bought, Judged, Lowered};
 use crate::kube::classify::{Outcome, Refusal};
 use crate::kube::events::{
     EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_LOWERING_HELPED, REASON_LOWERING_UNDONE,
@@ -15,6 +14,7 @@ use crate::kube::resize::ResizeAnswer;
 use crate::metrics::{LoweringEffect, PatchErrorClass, ResizeResult};
 use crate::model::{Millis, PodView, Uid};
 use crate::policy::{Decision, Direction, LastPatch, PatchPlan, PolicyConfig, Yielded};
+use crate::signal::contention::effect::{Effect as Bought, Judged, Lowered};
 use crate::verify::{DriftEvent, Mismatch, ResizeOutcome, Target};
 
 use super::records::{Jitter, Records};

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::kube::events::SentEvents;
 use crate::model::{DeclaredLimits, Millis, Uid};
 use crate::policy::{Direction, LastPatch};
 use crate::verify::{InflightResize, PodDrift};
@@ -79,6 +80,8 @@ pub struct PodRecord {
     pub resize: Option<InflightResize>,
     /// Mismatches of its cgroups with its spec, per cgroup.
     pub drift: PodDrift,
+    /// When each kind of Event was last sent for it (rate limit).
+    pub events: SentEvents,
 }
 
 /// What the reconciler remembers: one [`PodRecord`] per pod, and the

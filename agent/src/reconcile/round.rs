@@ -5,10 +5,12 @@ use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::contention::Contention;
 use crate::model::{CgroupPodId, DeclaredLimits, Millis, PodView, Uid};
-use crate::node_slack::NodeUsage;
-use crate::policy::{self, Decision, NodeDecision, NodeInputs, PodInput, PolicyConfig};
+use crate::policy::{
+    self, Decision, Eligibility, NodeDecision, NodeInputs, PodInput, PolicyConfig,
+};
+use crate::signal::contention::Contention;
+use crate::signal::usage::NodeUsage;
 
 /// What the agent remembers of a pod that the round reads (nothing on a
 /// first round, or in `explain`).
@@ -25,7 +27,7 @@ pub struct Known<'a> {
 /// What the round takes back for pods short of CPU.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Owed {
-    /// Held across ticks ([`crate::contention::HeldDemand`]).
+    /// Held across ticks ([`crate::signal::contention::HeldDemand`]).
     pub demand_m: Millis,
     /// Pods owed this interval that no lowering was made for yet: while
     /// there are some, the managed pods come down from their burst.
@@ -51,19 +53,21 @@ pub struct Round {
     /// (whether each was within its request and short of CPU), largest
     /// first: what `plan` and `explain` say a lowering was for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub waited: Vec<crate::contention::Displaced>,
+    pub waited: Vec<crate::signal::contention::Displaced>,
 }
 
-/// Runs the policy over this node's pods with the measured slack;
+/// Runs the policy over this node's pods (`eligible`: each one's
+/// eligibility this tick, in their order) with the measured slack;
 /// `contention` says who waited this interval, `owed` what pods short of
-/// CPU are owed as the caller holds it ([`crate::contention::HeldDemand`])
+/// CPU are owed as the caller holds it ([`crate::signal::contention::HeldDemand`])
 /// and how many of them no lowering was made for yet
-/// ([`crate::contention::effect::Claims::fresh`]); `known` what the caller
+/// ([`crate::signal::contention::effect::Claims::fresh`]); `known` what the caller
 /// remembers of each pod.
 #[allow(clippy::too_many_arguments)]
 pub fn decide_round<'a>(
     node_name: &str,
     views: &[PodView],
+    eligible: &Eligibility,
     slack: &NodeUsage,
     contention: &Contention,
     owed: Owed,
@@ -113,7 +117,7 @@ pub fn decide_round<'a>(
         pod_level_resize_supported: pod_level_supported,
         wall_clock_s,
     };
-    let (node, decisions) = policy::decide(&node, &inputs, cfg);
+    let (node, decisions) = policy::decide_with(&node, &inputs, eligible, cfg);
     Round {
         node,
         decisions,

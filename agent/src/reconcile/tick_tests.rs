@@ -803,3 +803,101 @@ async fn a_calm_tick_reads_the_managed_pods_only_and_a_stall_reads_everyone() {
     want.sort();
     assert_eq!(got, want, "kubepods stalled 50 %");
 }
+
+/// `run` and `plan` read one signal pipeline: fed the same two samples of
+/// the tree (and the same pods), the agent's tick and the stateless round
+/// `plan`/`explain` print decide the same round.
+#[tokio::test]
+async fn run_and_plan_decide_the_same_round_from_the_same_two_samples() {
+    let mut h = Harness::new();
+    let root = h._tmp.path().to_path_buf();
+    let layout = crate::cgroup::discover(&root).unwrap();
+    let at = |h: &Harness| h.clock.load(Ordering::SeqCst) * 1_000_000 + 1_000_000;
+    // The agent reads the tree at its clock's next second; so does `plan`.
+    let prev = crate::cgroup::scan(&root, &layout, at(&h)).unwrap();
+    assert!(h.tick().await.is_none(), "first sample: no rates yet");
+    h.busy_m = 1500;
+    write(&h.pod_dir, "cpu.stat", &cpu_stat(150_000));
+    h.script([Reply::Applied { generation: 2 }]);
+    // What the agent's second tick reads: kubepods advanced by `busy_m`.
+    write(
+        &h.kubepods,
+        "cpu.stat",
+        &cpu_stat(h.kubepods_usage_usec + 1_500_000),
+    );
+    let cur = crate::cgroup::scan(&root, &layout, at(&h)).unwrap();
+    h.kubepods_usage_usec += 1_500_000;
+    h.busy_m = 0; // `tick` adds nothing more: the tree stays as `cur` read it
+    let ran = h.tick().await.expect("a round");
+
+    let views: Vec<crate::model::PodView> = h
+        .agent
+        .caches
+        .pods()
+        .iter()
+        .map(|p| crate::model::PodView::try_from(p.as_ref()).unwrap())
+        .collect();
+    let node = super::stateless::Node {
+        name: NODE,
+        views: &views,
+        allocatable_m: Some(4000),
+        opted_in_namespaces: &Default::default(),
+    };
+    let (usage, planned) =
+        super::stateless::stateless_round(&node, prev, cur, &root, &h.agent.settings.policy);
+    assert_eq!(usage.usage_m, 1500, "{usage:?}");
+    assert_eq!(
+        serde_json::to_value(&planned).unwrap(),
+        serde_json::to_value(&ran).unwrap(),
+        "plan and run decided differently"
+    );
+    assert_eq!(planned.decisions[0].target_m(), Some(400), "{planned:?}");
+}
+
+/// Everything the agent keeps about a pod goes with it: a pod raised (a
+/// resize in flight, its last patch, an Event sent, its metric series),
+/// then deleted and its cgroup gone, leaves nothing behind — no record, no
+/// claim, no series naming it.
+#[tokio::test]
+async fn a_pod_that_leaves_leaves_nothing_behind() {
+    let mut h = Harness::raised().await;
+    let uid = Uid::from(UID);
+    let r = h.agent.records.get(&uid).expect("a record while raised");
+    assert!(r.resize.is_some() && r.last_patch.is_some(), "{r:?}");
+    assert!(
+        h.events()
+            .iter()
+            .any(|(_, reason, _)| reason == REASON_RESIZED),
+        "an Event was sent: {:?}",
+        h.events()
+    );
+    let series = |h: &Harness| {
+        h.agent
+            .metrics
+            .encode_prometheus()
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains("pod=\"web\""))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert!(!series(&h).is_empty(), "the pod has series while here");
+
+    h.pods
+        .apply_watcher_event(&watcher::Event::Delete(pod(2, 400, 2)));
+    std::fs::remove_dir_all(&h.pod_dir).unwrap();
+    h.tick().await;
+    h.tick().await;
+
+    assert!(h.agent.records.get(&uid).is_none(), "its record is gone");
+    assert_eq!(h.agent.records.uids().count(), 0, "no record of anyone");
+    assert_eq!(h.agent.scan.claims, Default::default(), "no claim");
+    assert_eq!(series(&h), Vec::<String>::new(), "no series names it");
+    assert!(
+        h.agent
+            .scan
+            .prev
+            .as_ref()
+            .is_some_and(|s| s.pods.is_empty()),
+        "its cgroup is not read any more"
+    );
+}

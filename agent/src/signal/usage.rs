@@ -1,6 +1,7 @@
 //! What a node's slack is made of, from two snapshots of the kubepods tree:
 //! capacity, usage, per-pod usage and throttling, pressure ([`NodeUsage`]).
-//! Pure: no I/O except [`online_cpus`].
+//! Pure but for [`online_cpus`] (sysconf) and [`online_cpus_at`] (the
+//! root's cpuset, read through `crate::cgroup::cpuset`).
 //!
 //! Three figures, three names. *Idle* is `capacity − kubepods usage`,
 //! clamped at 0 ([`NodeUsage::idle_m`]; `headroom-agent slack` shows it).
@@ -12,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup, file};
+use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup};
 use crate::model::{CgroupPodId, Millis, PodView, Qos};
 
 /// What bounds the CPU pods can use, besides the cgroup tree itself.
@@ -23,7 +24,7 @@ pub struct CapacityInputs {
     /// Online CPUs of the host ([`online_cpus`]); 0 = unknown.
     pub online_cpus: u64,
     /// CPUs in the shared pool Burstable pods run on under the static CPU
-    /// manager ([`crate::shared_pool`]); `None` = not read.
+    /// manager ([`crate::signal::shared_pool`]); `None` = not read.
     pub shared_pool_cpus: Option<u64>,
 }
 
@@ -78,7 +79,7 @@ pub struct PodUsage {
 /// kubepods CPU stall over one interval, split into what the pods' own CFS
 /// quotas explain and the rest. Display only: the rest still mixes a pod's
 /// own queued threads with pods displaced by others, which only per-pod
-/// pressure tells apart (`crate::contention`).
+/// pressure tells apart (`crate::signal::contention`).
 ///
 /// The kernel counts a throttled task as runnable and not running, so a pod
 /// throttled at its own limit raises kubepods `cpu.pressure` even on an idle
@@ -165,26 +166,8 @@ pub fn online_cpus() -> u64 {
 /// Reading it from the tree keeps every node-level input under the one root
 /// (the agent's mount of the host's cgroupfs, a fixture, a simulated node).
 pub fn online_cpus_at(root: &std::path::Path) -> u64 {
-    crate::cgroup::read::read(&root.join(file::CPUSET_CPUS_EFFECTIVE))
-        .ok()
-        .and_then(|b| cpu_list_len(std::str::from_utf8(&b).ok()?))
-        .unwrap_or_else(online_cpus)
-}
-
-/// Number of CPUs in a kernel CPU list (`0-3,6,8-9`); `None` if malformed or empty.
-pub fn cpu_list_len(list: &str) -> Option<u64> {
-    let mut n = 0u64;
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?),
-            None => {
-                let a = part.trim().parse::<u64>().ok()?;
-                (a, a)
-            }
-        };
-        n = n.checked_add(b.checked_sub(a)?.checked_add(1)?)?;
-    }
-    (n > 0).then_some(n)
+    crate::cgroup::cpuset::read_cpus(root, std::path::Path::new(""))
+        .map_or_else(|_| online_cpus(), |cpus| cpus.len() as u64)
 }
 
 fn sysconf_online_cpus() -> u64 {
@@ -702,19 +685,13 @@ mod tests {
     }
 
     #[test]
-    fn cpu_lists_count_cpus() {
-        assert_eq!(cpu_list_len("0-3\n"), Some(4));
-        assert_eq!(cpu_list_len("0-3,6,8-9"), Some(7));
-        assert_eq!(cpu_list_len("5"), Some(1));
-        assert_eq!(cpu_list_len(""), None);
-        assert_eq!(cpu_list_len("3-1"), None);
-        assert_eq!(cpu_list_len("x"), None);
-    }
-
-    #[test]
     fn online_cpus_come_from_the_root_cgroup_when_it_says() {
         let t = tempfile::tempdir().unwrap();
-        std::fs::write(t.path().join(file::CPUSET_CPUS_EFFECTIVE), "0-7\n").unwrap();
+        std::fs::write(
+            t.path().join(crate::cgroup::file::CPUSET_CPUS_EFFECTIVE),
+            "0-7\n",
+        )
+        .unwrap();
         assert_eq!(online_cpus_at(t.path()), 8);
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(

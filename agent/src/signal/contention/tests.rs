@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use super::*;
 use crate::cgroup::{CpuMax, CpuStat, Driver, Layout, PsiLine};
 use crate::model::{CgroupPodId, Qos};
-use crate::node_slack::{self, CapacityInputs, NodeUsage};
+use crate::signal::usage::{self, CapacityInputs, NodeUsage};
 
 const SEC: u64 = 1_000_000;
 
@@ -82,7 +82,7 @@ fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Conte
         online_cpus: 2,
         shared_pool_cpus: None,
     };
-    let slack = node_slack::measure(a, b, cap);
+    let slack = usage::measure(a, b, cap);
     attribute_ids(a, b, &slack, requests, &["m"], &Contention::default())
 }
 
@@ -313,7 +313,7 @@ fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
                 ),
             ],
         );
-        let slack = node_slack::measure(
+        let slack = usage::measure(
             &a,
             &b,
             CapacityInputs {
@@ -429,7 +429,7 @@ fn waits_beside(kubepods_m: u64, machine_m: Option<u64>, m_throttled_us: u64) ->
         );
         a.node_usage_us = machine_m.map(|_| 0);
         b.node_usage_us = machine_m.map(|m| m * 1000);
-        let slack = node_slack::measure(
+        let slack = usage::measure(
             &a,
             &b,
             CapacityInputs {
@@ -671,7 +671,7 @@ fn a_marginal_wait_counts_only_when_it_shows_twice_in_a_row() {
             },
             vec![pod("m", m, true), pod("n", n, true)],
         );
-        let slack = node_slack::measure(
+        let slack = usage::measure(
             &a,
             &b,
             CapacityInputs {
@@ -831,10 +831,13 @@ fn a_managed_pod_waiting_for_its_resize_is_still_managed() {
     elsewhere.node_name = Some("n2".into());
     let views = [idle, in_progress, pending, unobserved, elsewhere];
     let opted: HashSet<String> = ["ns".to_string()].into();
-    let mut got: Vec<&str> = managed(&views, "n1", &opted, Some(true), 0)
-        .into_iter()
-        .map(CgroupPodId::as_str)
-        .collect();
+    let mut got: Vec<&str> = managed(
+        &views,
+        &Eligibility::of(&views, "n1", &opted, Some(true), 0),
+    )
+    .into_iter()
+    .map(CgroupPodId::as_str)
+    .collect();
     got.sort();
     assert_eq!(
         got,

@@ -36,7 +36,8 @@ use serde::Serialize;
 
 use crate::cgroup::{CgroupSample, NodeSnapshot, PodCgroup, Pressure};
 use crate::model::{CgroupPodId, Millis, PodView};
-use crate::node_slack::NodeUsage;
+use crate::policy::Eligibility;
+use crate::signal::usage::NodeUsage;
 
 /// kubepods stall (Δ`some total` / interval) at or above which per-pod
 /// pressure is read. Any pod task that waits is a kubepods task that waits,
@@ -103,7 +104,7 @@ pub struct Displaced {
     pub waited_us: u64,
     /// Its own throttled time over the interval, µs ([`PodUsage::throttled_us`]).
     ///
-    /// [`PodUsage::throttled_us`]: crate::node_slack::PodUsage::throttled_us
+    /// [`PodUsage::throttled_us`]: crate::signal::usage::PodUsage::throttled_us
     pub throttled_us: u64,
     /// Δ`full` beyond its own throttling over the interval, µs (wall time).
     pub displaced_us: u64,
@@ -224,40 +225,20 @@ fn pod_pressure(p: &PodCgroup) -> Option<Pressure> {
     p.sample.as_ref().ok()?.pressure
 }
 
-/// Cgroup ids of the pods Headroom manages, as [`attribute`] takes them: the
-/// eligible ones and those held only by a resize in flight (pending, in
-/// progress, not yet observed by the kubelet). A managed pod waiting for its
-/// own resize to apply is still Headroom's: its burst is one a lowering can
-/// take back, and its throttling leaves idle that is its own, not free
+/// Cgroup ids of the pods Headroom manages, as [`attribute`] takes them:
+/// those [`Eligibility::is_headrooms`] says are Headroom's this tick, the
+/// ones held only by a resize in flight included. A managed pod waiting for
+/// its own resize to apply is still Headroom's: its burst is one a lowering
+/// can take back, and its throttling leaves idle that is its own, not free
 /// ([`free_m`]). (Until 2026-12-06, when a neighbour above its request was
 /// still owed a share, two managed busy pods on the real nodes, each resize
 /// taking tens of seconds to apply there, lowered each other in turn.)
-pub fn managed<'a>(
-    views: &'a [PodView],
-    node_name: &str,
-    opted_in_namespaces: &HashSet<String>,
-    pod_level_resize_supported: Option<bool>,
-    wall_clock_s: i64,
-) -> HashSet<&'a CgroupPodId> {
+pub fn managed<'a>(views: &'a [PodView], eligible: &Eligibility) -> HashSet<&'a CgroupPodId> {
     views
         .iter()
-        .filter(|v| {
-            let ctx = crate::policy::EligibilityCtx {
-                node_name,
-                namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
-                pod_level_resize_supported,
-                wall_clock_s,
-            };
-            use crate::policy::Unmanaged;
-            matches!(
-                crate::policy::eligibility(v, &ctx),
-                Ok(_)
-                    | Err(Unmanaged::ResizePending
-                        | Unmanaged::ResizeInProgress
-                        | Unmanaged::ResizeUnobserved)
-            )
-        })
-        .map(|v| &v.cgroup_id)
+        .enumerate()
+        .filter(|&(i, _)| eligible.is_headrooms(i))
+        .map(|(_, v)| &v.cgroup_id)
         .collect()
 }
 

@@ -17,24 +17,20 @@
 //! container read mid-update may still hold a wider set. Under the default
 //! `none` policy every set is the root's and nothing changes. Capacity, and
 //! with it slack and the default ceiling, is then at most the pool
-//! ([`crate::node_slack::CapacitySource::SharedPool`]): a managed pod is never
+//! ([`crate::signal::usage::CapacitySource::SharedPool`]): a managed pod is never
 //! promised CPU its cpuset does not hold.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use crate::cgroup::{ContainerRole, NodeSnapshot};
+use crate::cgroup::{CgroupError, ContainerRole, NodeSnapshot, cpuset};
 use crate::model::Qos;
 
 /// Containers whose cpuset is read per scan, at most.
 pub const MAX_READS: usize = 4;
 
-/// Highest CPU number accepted in a list (the kernel's `NR_CPUS` is at most
-/// 8192 on x86_64): a larger one is malformed, not a huge allocation.
-const MAX_CPU: u32 = 8191;
-
 /// The shared pool as read from one scan.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SharedPool {
     /// CPUs in the intersection of the cpusets read.
     pub cpus: u64,
@@ -48,99 +44,16 @@ pub struct SharedPool {
 }
 
 /// A container cgroup whose cpuset was not used.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Skip {
     /// Relative to the cgroup root.
     pub path: PathBuf,
-    pub kind: SkipKind,
-    /// What the reader or the parser said.
+    /// What went wrong, as every cgroup read says it: the agent counts it
+    /// (`ScanErrorKind::of`) unless the container vanished (ordinary churn).
+    #[serde(skip)]
+    pub error: CgroupError,
+    /// The error, said.
     pub why: String,
-}
-
-/// Why a cpuset was skipped (the agent counts all but `Vanished`, which is
-/// ordinary churn, in `headroom_scan_errors_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SkipKind {
-    /// The container went away between the scan and this read.
-    Vanished,
-    PermissionDenied,
-    /// A symlink, FIFO or device, or larger than the reader takes.
-    NotRegular,
-    Io,
-    /// Not a CPU list ([`parse_cpu_list`] says why).
-    Malformed,
-}
-
-impl SkipKind {
-    fn of(e: &crate::cgroup::read::ReadError) -> SkipKind {
-        use crate::cgroup::read::ReadError as E;
-        match e {
-            E::NotFound(_) => SkipKind::Vanished,
-            E::PermissionDenied(_) => SkipKind::PermissionDenied,
-            E::Symlink | E::NotRegular(_) | E::TooLarge => SkipKind::NotRegular,
-            E::Io(_) => SkipKind::Io,
-        }
-    }
-}
-
-/// Parses a kernel CPU list (`0-3,6,8-9`, a trailing newline allowed) into
-/// its CPUs. Errors name what is wrong; an empty list is an error (a
-/// container that may run nowhere is not a pool).
-pub fn parse_cpu_list(text: &str) -> Result<BTreeSet<u32>, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err("empty CPU list".into());
-    }
-    let mut set = BTreeSet::new();
-    for part in text.split(',') {
-        let num = |s: &str| -> Result<u32, String> {
-            let n: u32 = s
-                .trim()
-                .parse()
-                .map_err(|_| format!("{:?} is not a CPU number", quote(s)))?;
-            if n > MAX_CPU {
-                return Err(format!("CPU {n} is above {MAX_CPU}"));
-            }
-            Ok(n)
-        };
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => {
-                let a = num(part)?;
-                (a, a)
-            }
-        };
-        if b < a {
-            return Err(format!("range {:?} runs backwards", quote(part)));
-        }
-        set.extend(a..=b);
-    }
-    Ok(set)
-}
-
-/// A set as a kernel CPU list, ranges merged (`0-1,4`).
-pub fn format_cpu_list(set: &BTreeSet<u32>) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut it = set.iter().copied().peekable();
-    while let Some(start) = it.next() {
-        let mut end = start;
-        while it.peek() == Some(&(end + 1)) {
-            end += 1;
-            it.next();
-        }
-        out.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-    }
-    out.join(",")
-}
-
-/// At most 32 bytes of untrusted text, for error messages.
-fn quote(s: &str) -> String {
-    s.chars().take(32).collect()
 }
 
 /// The container cgroups (relative to the root) whose cpusets tell the
@@ -161,14 +74,7 @@ pub fn candidates(snap: &NodeSnapshot) -> Vec<PathBuf> {
 /// at most [`MAX_READS`] of them. `None` when no cpuset could be read: then
 /// nothing narrows capacity.
 pub fn read_paths(root: &Path, containers: Vec<PathBuf>) -> Option<SharedPool> {
-    from_files(containers, |rel| {
-        crate::cgroup::read::read(
-            &root
-                .join(rel)
-                .join(crate::cgroup::file::CPUSET_CPUS_EFFECTIVE),
-        )
-        .map_err(|e| (SkipKind::of(&e), e.to_string()))
-    })
+    from_sets(containers, |rel| cpuset::read_cpus(root, rel))
 }
 
 /// [`read_paths`] over the snapshot's [`candidates`].
@@ -176,13 +82,13 @@ pub fn read(root: &Path, snap: &NodeSnapshot) -> Option<SharedPool> {
     read_paths(root, candidates(snap))
 }
 
-/// [`read_paths`] over any source of file contents (`read_file` gets a
+/// [`read_paths`] over any source of CPU sets (`read_set` gets a
 /// container path relative to the root), for tests. Sets that share no CPU
 /// (never seen: every container holds the pool) give no pool either.
-pub fn from_files<I, F>(containers: I, mut read_file: F) -> Option<SharedPool>
+pub fn from_sets<I, F>(containers: I, mut read_set: F) -> Option<SharedPool>
 where
     I: IntoIterator<Item = PathBuf>,
-    F: FnMut(&Path) -> Result<Vec<u8>, (SkipKind, String)>,
+    F: FnMut(&Path) -> Result<BTreeSet<u32>, CgroupError>,
 {
     let mut common: Option<BTreeSet<u32>> = None;
     let mut read = 0;
@@ -191,12 +97,7 @@ where
         if read >= MAX_READS {
             break;
         }
-        let parsed = read_file(&rel).and_then(|bytes| {
-            let malformed = |why: String| (SkipKind::Malformed, why);
-            let text = std::str::from_utf8(&bytes).map_err(|_| malformed("not UTF-8".into()))?;
-            parse_cpu_list(text).map_err(malformed)
-        });
-        match parsed {
+        match read_set(&rel) {
             Ok(set) => {
                 common = Some(match common {
                     None => set,
@@ -204,17 +105,17 @@ where
                 });
                 read += 1;
             }
-            Err((kind, why)) => skipped.push(Skip {
+            Err(error) => skipped.push(Skip {
                 path: rel,
-                kind,
-                why: format!("cpuset.cpus.effective: {why}"),
+                why: error.to_string(),
+                error,
             }),
         }
     }
     let common = common.filter(|c| !c.is_empty())?;
     Some(SharedPool {
         cpus: common.len() as u64,
-        list: format_cpu_list(&common),
+        list: cpuset::format_cpu_list(&common),
         read,
         skipped,
     })
@@ -224,71 +125,37 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn cpu_lists_parse_and_print_back() {
-        let s = parse_cpu_list("0-1,4\n").unwrap();
-        assert_eq!(s.iter().copied().collect::<Vec<_>>(), [0, 1, 4]);
-        assert_eq!(format_cpu_list(&s), "0-1,4");
-        assert_eq!(
-            format_cpu_list(&parse_cpu_list("3,1,2,7").unwrap()),
-            "1-3,7"
-        );
-        assert_eq!(format_cpu_list(&parse_cpu_list("5").unwrap()), "5");
-    }
+    /// A file's text, or `None` for a file the agent may not read.
+    type Files = &'static [(&'static str, Option<&'static str>)];
 
-    #[test]
-    fn malformed_cpu_lists_are_errors_that_say_why() {
-        for (text, why) in [
-            ("", "empty"),
-            ("\n", "empty"),
-            ("x", "not a CPU number"),
-            ("0-", "not a CPU number"),
-            ("-3", "not a CPU number"),
-            ("0,,1", "not a CPU number"),
-            ("3-1", "runs backwards"),
-            ("0-99999999999", "not a CPU number"),
-            ("0-9000", "above 8191"),
-            ("1 2", "not a CPU number"),
-        ] {
-            let e = parse_cpu_list(text).expect_err(text);
-            assert!(e.contains(why), "{text:?}: {e}");
-        }
-        // A long garbage string is quoted short.
-        let e = parse_cpu_list(&"z".repeat(10_000)).unwrap_err();
-        assert!(e.len() < 80, "{e}");
-    }
-
-    #[test]
-    fn any_bytes_parse_without_panicking() {
-        use proptest::prelude::*;
-        proptest!(|(bytes in proptest::collection::vec(any::<u8>(), 0..64))| {
-            let _ = from_files([PathBuf::from("c")], |_| Ok(bytes.clone()));
-        });
-    }
-
-    type Files = &'static [(&'static str, Result<&'static str, SkipKind>)];
-
-    fn files(map: Files) -> impl FnMut(&Path) -> Result<Vec<u8>, (SkipKind, String)> {
+    fn files(map: Files) -> impl FnMut(&Path) -> Result<BTreeSet<u32>, CgroupError> {
         move |p: &Path| {
             let (_, r) = map
                 .iter()
                 .find(|(k, _)| Path::new(k) == p)
                 .expect("known path");
-            r.map(|s| s.as_bytes().to_vec())
-                .map_err(|k| (k, format!("{k:?}")))
+            match r {
+                Some(text) => cpuset::parse_cpus(p, text.as_bytes()),
+                None => Err(CgroupError::PermissionDenied {
+                    path: p.to_path_buf(),
+                    source: crate::cgroup::IoError(std::sync::Arc::new(
+                        std::io::ErrorKind::PermissionDenied.into(),
+                    )),
+                }),
+            }
         }
     }
 
     #[test]
     fn the_pool_is_the_intersection_of_the_containers_cpusets_and_bad_ones_are_skipped() {
         let paths = ["a", "b", "c", "d"].map(PathBuf::from);
-        let pool = from_files(
+        let pool = from_sets(
             paths,
             files(&[
-                ("a", Ok("0-1\n")),
-                ("b", Ok("garbage\n")),
-                ("c", Err(SkipKind::PermissionDenied)),
-                ("d", Ok("0,1\n")),
+                ("a", Some("0-1\n")),
+                ("b", Some("garbage\n")),
+                ("c", None),
+                ("d", Some("0,1\n")),
             ]),
         )
         .expect("two read");
@@ -296,30 +163,37 @@ mod tests {
         assert_eq!(pool.list, "0-1");
         assert_eq!(pool.read, 2);
         assert_eq!(pool.skipped.len(), 2);
-        assert_eq!(pool.skipped[0].kind, SkipKind::Malformed);
+        assert!(matches!(
+            pool.skipped[0].error,
+            CgroupError::Malformed { .. }
+        ));
         assert!(pool.skipped[0].why.contains("not a CPU number"), "{pool:?}");
-        assert_eq!(pool.skipped[1].kind, SkipKind::PermissionDenied);
+        assert!(pool.skipped[1].error.is_permission_denied());
         assert_eq!(pool.skipped[1].path, PathBuf::from("c"));
     }
 
     #[test]
     fn a_pause_container_with_the_whole_node_does_not_widen_the_pool() {
         let paths = ["pause", "app"].map(PathBuf::from);
-        let pool = from_files(paths, files(&[("pause", Ok("0-2\n")), ("app", Ok("0\n"))])).unwrap();
+        let pool = from_sets(
+            paths,
+            files(&[("pause", Some("0-2\n")), ("app", Some("0\n"))]),
+        )
+        .unwrap();
         assert_eq!((pool.cpus, pool.list.as_str(), pool.read), (1, "0", 2));
         // Sets with nothing in common: no pool (capacity not narrowed to 0).
         let paths = ["a", "b"].map(PathBuf::from);
         assert_eq!(
-            from_files(paths, files(&[("a", Ok("0\n")), ("b", Ok("1\n"))])),
+            from_sets(paths, files(&[("a", Some("0\n")), ("b", Some("1\n"))])),
             None
         );
     }
 
     #[test]
     fn nothing_readable_is_no_pool() {
-        assert_eq!(from_files(Vec::<PathBuf>::new(), |_| unreachable!()), None);
+        assert_eq!(from_sets(Vec::<PathBuf>::new(), |_| unreachable!()), None);
         assert_eq!(
-            from_files([PathBuf::from("a")], |_| Ok(b"3-1".to_vec())),
+            from_sets([PathBuf::from("a")], files(&[("a", Some("3-1"))])),
             None
         );
     }
@@ -327,9 +201,9 @@ mod tests {
     #[test]
     fn at_most_max_reads_files_are_read() {
         let mut n = 0;
-        let pool = from_files((0..100).map(|i| PathBuf::from(i.to_string())), |_| {
+        let pool = from_sets((0..100).map(|i| PathBuf::from(i.to_string())), |_| {
             n += 1;
-            Ok(b"0-3".to_vec())
+            Ok((0..4).collect())
         })
         .unwrap();
         assert_eq!((n, pool.read, pool.cpus), (MAX_READS, MAX_READS, 4));
@@ -394,14 +268,14 @@ mod tests {
         );
         assert!(pool.skipped.is_empty(), "{pool:?}");
         // Capacity follows it: allocatable 3500m, 4 CPUs online, pool of 3.
-        let cap = crate::node_slack::CapacityInputs {
+        let cap = crate::signal::usage::CapacityInputs {
             node_allocatable_m: Some(3500),
-            online_cpus: crate::node_slack::online_cpus_at(t.path()),
+            online_cpus: crate::signal::usage::online_cpus_at(t.path()),
             shared_pool_cpus: Some(pool.cpus),
         };
         assert_eq!(
-            crate::node_slack::capacity(&snap.kubepods, cap),
-            (3000, crate::node_slack::CapacitySource::SharedPool)
+            crate::signal::usage::capacity(&snap.kubepods, cap),
+            (3000, crate::signal::usage::CapacitySource::SharedPool)
         );
     }
 
@@ -415,9 +289,12 @@ mod tests {
             assert_eq!(pool.list, "0-2", "{bad:?}");
             assert_eq!(pool.skipped.len(), 1, "{bad:?}: {pool:?}");
             let s = &pool.skipped[0];
-            assert_eq!(s.kind, SkipKind::Malformed, "{bad:?}");
+            assert!(
+                matches!(s.error, CgroupError::Malformed { .. }),
+                "{bad:?}: {s:?}"
+            );
             assert!(s.path.ends_with(APP2), "{s:?}");
-            assert!(s.why.starts_with("cpuset.cpus.effective: "), "{s:?}");
+            assert!(s.why.contains("cpuset.cpus.effective: malformed"), "{s:?}");
         }
         // A container gone since the scan is churn, said as such.
         let t = static_tree("0-2");
@@ -428,6 +305,9 @@ mod tests {
         )))
         .unwrap();
         let pool = read(t.path(), &snap).unwrap();
-        assert_eq!(pool.skipped[0].kind, SkipKind::Vanished);
+        assert!(
+            matches!(pool.skipped[0].error, CgroupError::Vanished(_)),
+            "{pool:?}"
+        );
     }
 }
