@@ -266,6 +266,12 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
             "{name} for the static pod: {v:?}"
         );
     }
+    let unmanaged = [("state", "unmanaged"), ("reason", "static_pod")];
+    assert_eq!(
+        metric(&s, "headroom_pods", &unmanaged),
+        Some(1.0),
+        "the agent counts the mirror as a static pod it leaves alone"
+    );
     let mirror = c.get(&sp).await;
     assert_eq!(generation(&mirror), 1, "the mirror pod's spec changed");
     assert!(!touched_by_agent(&mirror), "the agent wrote the mirror pod");
