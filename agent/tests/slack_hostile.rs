@@ -206,3 +206,21 @@ fn unreadable_qos_dir_is_reported_when_not_root() {
     assert!(out.contains("Burstable pods: NOT LISTED"), "{out}");
     assert!(out.contains("permission denied"), "{out}");
 }
+
+/// `slack --json` names idle CPU `idle_millicores` and the stall's queued
+/// share `queued_pct`; the names before 0.2 (`slack_millicores`,
+/// `contention_pct`) are written beside them, equal, for one release.
+#[test]
+fn renamed_json_fields_keep_their_old_names_for_one_release() {
+    let (_t, root) = fixture();
+    let o = slack(&root, &["--interval", "100ms", "--json"], |_| {});
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let node = &v["node"];
+    assert!(node["idle_millicores"].is_u64(), "{node}");
+    assert_eq!(node["idle_millicores"], node["slack_millicores"], "{node}");
+    let stall = &node["stall"];
+    assert!(stall["queued_pct"].is_f64(), "{stall}");
+    assert_eq!(stall["queued_pct"], stall["contention_pct"], "{stall}");
+}

@@ -156,6 +156,9 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeUsage) -> Value {
             "usage_millicores": s.usage_m,
             "usage_basis": s.usage_basis,
             "usage_source": usage_source(s),
+            "idle_millicores": s.idle_m,
+            // The name before 0.2, kept one release (it is idle CPU, not
+            // the policy's slack).
             "slack_millicores": s.idle_m,
             "pressure_some_avg10": s.pressure_some_avg10,
             "pressure_full_avg10": s.pressure_full_avg10,

@@ -119,8 +119,10 @@ pub fn watch_configs(node_name: &str) -> (watcher::Config, watcher::Config, watc
     (pods, node, namespaces)
 }
 
-/// Drops the parts of a Pod the agent never reads (managedFields, labels,
-/// owner references, volumes, env, commands, probes, images, IPs...), so the
+/// Drops the parts of a Pod the agent never reads (labels, volumes, env,
+/// commands, probes, images, IPs..., the `managedFields` entries other than
+/// the agent's own and those of in-place CPU limit writers, owner references
+/// other than the controller), so the
 /// watch cache holds a few hundred bytes per container instead of kilobytes.
 /// Everything `PodView::try_from` and the events need is kept.
 pub fn slim_pod(p: &mut Pod) {

@@ -218,6 +218,92 @@ fn band(current: Millis, pct: f64, min_m: Millis) -> Millis {
     ((current as f64 * p / 100.0).ceil() as Millis).max(min_m)
 }
 
+/// Which patches get the node's tokens first (`plan`): lowerings (they
+/// hand CPU back), then adoptions (a limit added where there was none),
+/// then raises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum First {
+    Lowering,
+    Adoption,
+    Raise,
+}
+
+/// A patch `plan` wants to send, before tokens are handed out; its message
+/// is formatted only if it gets one.
+struct Wanted<'d> {
+    first: First,
+    /// How far the limit moves (for an adoption, the target).
+    step: Millis,
+    decision: &'d Decision,
+    managed: &'d ManagedDecision,
+    direction: Direction,
+    cause: Cause,
+}
+
+/// What one managed pod's limit wants this round: a patch (`Some`), nothing
+/// (`None`: at target), or a hold and why. `cooling`: whether its last
+/// patch is younger than its raise cooldown.
+fn wants(
+    node: &NodeDecision,
+    m: &ManagedDecision,
+    cooling: impl FnOnce() -> bool,
+    cfg: &PolicyConfig,
+) -> Result<Option<(First, Millis, Direction, Cause)>, HoldReason> {
+    let (target, floor, ceiling) = (m.target_m, m.floor.floor_m, m.ceiling_m);
+    let Some(cur) = m.current_limit_m else {
+        return Ok(Some((
+            First::Adoption,
+            target,
+            Direction::Lower,
+            Cause::Adopt,
+        )));
+    };
+    if target > cur {
+        let step = target - cur;
+        if cur < floor {
+            Ok(Some((
+                First::Raise,
+                step,
+                Direction::Raise,
+                Cause::BelowFloor,
+            )))
+        } else if target < ceiling
+            && step < band(cur, cfg.raise_dead_band_pct, cfg.raise_dead_band_m)
+        {
+            Err(HoldReason::DeadBand)
+        } else if cooling() {
+            Err(HoldReason::Cooldown)
+        } else {
+            Ok(Some((First::Raise, step, Direction::Raise, Cause::Slack)))
+        }
+    } else if target < cur {
+        let step = cur - target;
+        let cause = if cur > ceiling {
+            Cause::AboveCeiling
+        } else if node.under_pressure()
+            && step
+                >= band(
+                    cur,
+                    cfg.lower_dead_band_pct / 2.0,
+                    cfg.lower_dead_band_m / 2,
+                )
+        {
+            // Half the dead band while pods wait: eager, but a demand
+            // wobbling by a few millicores must not patch on every tick.
+            Cause::Pressure
+        } else if target == floor {
+            Cause::AtFloor
+        } else if step >= band(cur, cfg.lower_dead_band_pct, cfg.lower_dead_band_m) {
+            Cause::SlackShrank
+        } else {
+            return Err(HoldReason::DeadBand);
+        };
+        Ok(Some((First::Lowering, step, Direction::Lower, cause)))
+    } else {
+        Ok(None)
+    }
+}
+
 /// Turns a round's decisions into patches.
 ///
 /// Raise (target above current): only if the step is at least the dead band
@@ -237,64 +323,40 @@ pub fn plan<'m>(
     cfg: &PolicyConfig,
 ) -> PlanOutcome {
     let mut out = PlanOutcome::default();
-    // (priority class, magnitude, decision, direction, cause); the message
-    // is formatted only for patches that get a token.
-    let mut wanted: Vec<(u8, Millis, &Decision, &ManagedDecision, Direction, Cause)> = Vec::new();
+    let mut wanted: Vec<Wanted<'_>> = Vec::new();
     for (d, m) in decisions.iter().filter_map(|d| Some((d, d.managed()?))) {
-        let (target, floor, ceiling) = (m.target_m, m.floor.floor_m, m.ceiling_m);
-        let Some(cur) = m.current_limit_m else {
-            wanted.push((1, target, d, m, Direction::Lower, Cause::Adopt));
-            continue;
+        let cooling = || {
+            last_patch(&d.uid).is_some_and(|m| now_s - m.last_patch_at_s < m.raise_cooldown_s(cfg))
         };
-        if target > cur {
-            let cooling = last_patch(&d.uid)
-                .is_some_and(|m| now_s - m.last_patch_at_s < m.raise_cooldown_s(cfg));
-            let step = target - cur;
-            if cur < floor {
-                wanted.push((2, step, d, m, Direction::Raise, Cause::BelowFloor));
-            } else if target < ceiling
-                && step < band(cur, cfg.raise_dead_band_pct, cfg.raise_dead_band_m)
-            {
-                out.held.push(Hold::of(d, m, HoldReason::DeadBand));
-            } else if cooling {
-                out.held.push(Hold::of(d, m, HoldReason::Cooldown));
-            } else {
-                wanted.push((2, step, d, m, Direction::Raise, Cause::Slack));
-            }
-        } else if target < cur {
-            let step = cur - target;
-            let cause = if cur > ceiling {
-                Some(Cause::AboveCeiling)
-            } else if node.under_pressure()
-                && step
-                    >= band(
-                        cur,
-                        cfg.lower_dead_band_pct / 2.0,
-                        cfg.lower_dead_band_m / 2,
-                    )
-            {
-                // Half the dead band while pods wait: eager, but a demand
-                // wobbling by a few millicores must not patch on every tick.
-                Some(Cause::Pressure)
-            } else if target == floor {
-                Some(Cause::AtFloor)
-            } else if step >= band(cur, cfg.lower_dead_band_pct, cfg.lower_dead_band_m) {
-                Some(Cause::SlackShrank)
-            } else {
-                None
-            };
-            match cause {
-                Some(c) => wanted.push((0, step, d, m, Direction::Lower, c)),
-                None => out.held.push(Hold::of(d, m, HoldReason::DeadBand)),
-            }
+        match wants(node, m, cooling, cfg) {
+            Ok(Some((first, step, direction, cause))) => wanted.push(Wanted {
+                first,
+                step,
+                decision: d,
+                managed: m,
+                direction,
+                cause,
+            }),
+            Ok(None) => {}
+            Err(reason) => out.held.push(Hold::of(d, m, reason)),
         }
     }
+    // Tokens go to lowerings first, then adoptions, then raises; within
+    // each, the largest step first, then the smaller uid.
     wanted.sort_by(|a, b| {
-        a.0.cmp(&b.0)
-            .then(b.1.cmp(&a.1))
-            .then_with(|| a.2.uid.cmp(&b.2.uid))
+        a.first
+            .cmp(&b.first)
+            .then(b.step.cmp(&a.step))
+            .then_with(|| a.decision.uid.cmp(&b.decision.uid))
     });
-    for (_, _, d, m, direction, cause) in wanted {
+    for Wanted {
+        decision: d,
+        managed: m,
+        direction,
+        cause,
+        ..
+    } in wanted
+    {
         let target = m.target_m;
         if !bucket.try_take(now_s) {
             out.held.push(Hold::of(d, m, HoldReason::RateLimited));

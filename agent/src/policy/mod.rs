@@ -4,11 +4,14 @@
 //! Public API (all plain data):
 //!
 //! ```text
-//! decide(&NodeInputs, &[PodInput], &PolicyConfig) -> (NodeDecision, Vec<Decision>)
+//! Eligibility::of(&[PodView], node_name, &opted_in_namespaces, pod_level_supported, wall_clock_s)
+//!     // each pod's eligibility(&PodView, &EligibilityCtx), asked once per tick
+//! decide_with(&NodeInputs, &[PodInput], &Eligibility, &PolicyConfig) -> (NodeDecision, Vec<Decision>)
+//! decide(&NodeInputs, &[PodInput], &PolicyConfig)   // asks eligibility itself (tests, benches)
 //! plan(&NodeDecision, &[Decision], |uid| Option<&LastPatch>, now_s, &mut TokenBucket, &PolicyConfig)
 //!     -> PlanOutcome { patches: Vec<PatchPlan>, held: Vec<Hold> }
-//! LastPatch::after(&PatchPlan, now_s)   // caller records a patch the apiserver accepted
-//! eligibility(&PodView, &EligibilityCtx) -> Result<ManagedShape, Unmanaged>
+//! LastPatch::after(&PatchPlan, now_s, prev: Option<&LastPatch>, &PolicyConfig)
+//!     // caller records a patch the apiserver accepted
 //! TokenBucket::new(rate_per_s, burst).try_take(now_s) -> bool
 //! ```
 //!

@@ -58,8 +58,9 @@ pub struct ContentionInputs {
     pub some_pct: f64,
     /// The part of it the pods' own CFS throttling explains (display only).
     pub throttling_pct: f64,
-    /// Pods owed CPU this interval: displaced within their request, or
-    /// (not managed) bursting beside managed pods that burst.
+    /// Pods owed CPU this interval that no lowering was made for yet: each
+    /// displaced within its request on a node short of CPU
+    /// (`crate::signal::contention::Displaced::deficit_m`).
     pub displaced_pods: usize,
     /// CPU owed to them, held across ticks: what managed pods give back.
     pub demand_m: Millis,

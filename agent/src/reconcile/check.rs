@@ -44,9 +44,9 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             for a in verify::audit_snapshot(obs.views.iter(), &obs.cur) {
                 // A pod that matches and never drifted needs no record.
                 let drift = match self.records.get_mut(&a.uid) {
-                    Some(r) => &mut r.drift,
+                    Some(r) => r.drift_mut(),
                     None if a.mismatches.is_empty() => continue,
-                    None => &mut self.records.entry(&a.uid).drift,
+                    None => self.records.entry(&a.uid).drift_mut(),
                 };
                 drift_events.extend(drift.observe_pod(&a.uid, &a.mismatches, now, grace));
             }
@@ -59,7 +59,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .collect();
         for (uid, r) in self.records.iter_mut() {
             if !live.contains(uid) {
-                drift_events.extend(r.drift.forget(uid));
+                drift_events.extend(r.drift_mut().forget(uid));
             }
         }
         let mut judged = Vec::new();
@@ -85,7 +85,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let mut out = Vec::new();
         let grace = self.settings.drift_grace;
         for v in views {
-            let Some(r) = self.records.get_mut(&v.uid).and_then(|r| r.resize.as_mut()) else {
+            let Some(r) = self.records.get_mut(&v.uid).and_then(|r| r.resize_mut()) else {
                 continue;
             };
             r.kubelet_status(&v.resize, now);
@@ -98,7 +98,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             let direction = r.direction();
             if let Some(o) = r.checked(&v.uid, matches, now, grace) {
                 if let Some(rec) = self.records.get_mut(&v.uid) {
-                    rec.resize = None;
+                    rec.resize_ended();
                 }
                 self.apply(v, on_resize_outcome(&o, direction), now).await;
                 out.push(o);

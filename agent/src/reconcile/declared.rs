@@ -51,20 +51,20 @@ impl Templates {
         for v in views.iter().filter(|v| v.qos == Qos::Burstable) {
             if !v.limits_set_by_headroom {
                 let d = DeclaredLimits::of(v);
-                let known = records.get(&v.uid).and_then(|r| r.declared.as_ref());
+                let known = records.get(&v.uid).and_then(|r| r.declared());
                 if known != Some(&d) {
-                    records.entry(&v.uid).declared = Some(d);
+                    records.entry(&v.uid).declare(d);
                 }
                 continue;
             }
-            if records.get(&v.uid).is_some_and(|r| r.declared.is_some()) {
+            if records.get(&v.uid).is_some_and(|r| r.declared().is_some()) {
                 continue;
             }
             let Some(owner) = v.owner.as_ref() else {
                 continue;
             };
             if let Some(t) = self.limits.get(&owner.uid) {
-                records.entry(&v.uid).declared = Some(t.clone());
+                records.entry(&v.uid).declare(t.clone());
                 continue;
             }
             if reads >= TEMPLATES_PER_TICK || self.retry.get(&owner.uid).is_some_and(|t| now < *t) {
@@ -76,7 +76,7 @@ impl Templates {
                 Ok(Some(t)) => {
                     tracing::info!(pod = %v.key(), owner = %owner_name, "declared limits read from the owner's pod template");
                     self.limits.insert(owner.uid.clone(), t.clone());
-                    records.entry(&v.uid).declared = Some(t);
+                    records.entry(&v.uid).declare(t);
                 }
                 Ok(None) => {
                     self.retry.insert(owner.uid.clone(), now + TEMPLATE_RETRY);

@@ -30,7 +30,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     reason,
                     note,
                 } => {
-                    let sent = &mut self.records.entry(&view.uid).events;
+                    let sent = self.records.entry(&view.uid).events_mut();
                     self.events
                         .publish(view, sent, type_, reason, note, now)
                         .await;

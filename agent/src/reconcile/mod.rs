@@ -215,8 +215,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             |uid| {
                 let r = self.records.get(uid);
                 Known {
-                    learned_floor_m: r.and_then(|r| r.learned_floor_m),
-                    declared: r.and_then(|r| r.declared.as_ref()),
+                    learned_floor_m: r.and_then(|r| r.learned_floor_m()),
+                    declared: r.and_then(|r| r.declared()),
                     held_at_m: holds.get(uid).copied(),
                 }
             },
@@ -227,7 +227,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let plan = crate::policy::plan(
             &round.node,
             &round.decisions,
-            |uid| self.records.get(uid)?.last_patch.as_ref(),
+            |uid| self.records.get(uid)?.last_patch(),
             now.as_secs_f64(),
             &mut self.bucket,
             &self.settings.policy,
@@ -255,7 +255,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .filter(|p| {
                 self.records
                     .get(&p.uid)
-                    .and_then(|r| r.last_patch.as_ref())
+                    .and_then(|r| r.last_patch())
                     .is_some_and(|l| {
                         l.last_patch_at_s == now_s && l.last_direction == Direction::Lower
                     })
@@ -317,7 +317,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     /// Drops everything remembered about a pod: its record (the Events
     /// sent for it included). A resize still in flight ends with it.
     fn forget(&mut self, uid: &Uid) {
-        if let Some(r) = self.records.forget(uid).and_then(|r| r.resize) {
+        if let Some(r) = self.records.forget(uid).and_then(|mut r| r.resize_ended()) {
             self.metrics
                 .resize(crate::metrics::ResizeResult::pod_gone, r.direction());
         }

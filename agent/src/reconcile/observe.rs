@@ -265,7 +265,11 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         // Pods with a resize in flight are read in full (`read_plan`).
         let resizing: HashSet<&CgroupPodId> = views
             .iter()
-            .filter(|v| self.records.get(&v.uid).is_some_and(|r| r.resize.is_some()))
+            .filter(|v| {
+                self.records
+                    .get(&v.uid)
+                    .is_some_and(|r| r.resize().is_some())
+            })
             .map(|v| &v.cgroup_id)
             .collect();
         let snap = match self

@@ -13,7 +13,7 @@ use crate::kube::events::{
 use crate::kube::resize::ResizeAnswer;
 use crate::metrics::{LoweringEffect, PatchErrorClass, ResizeResult};
 use crate::model::{Millis, PodView, Uid};
-use crate::policy::{Decision, Direction, LastPatch, PatchPlan, PolicyConfig, Yielded};
+use crate::policy::{Decision, Direction, PatchPlan, PolicyConfig, Yielded};
 use crate::signal::contention::effect::{Effect as Bought, Judged, Lowered};
 use crate::verify::{DriftEvent, Mismatch, ResizeOutcome, Target};
 
@@ -176,11 +176,8 @@ pub fn on_lowering_checked(
             ),
         }),
         Bought::NoEffect => {
-            if let Some(last) = records
-                .get_mut(&lowered.uid)
-                .and_then(|r| r.last_patch.as_mut())
-            {
-                last.waive_raise_cooldown(now.as_secs_f64(), cfg);
+            if let Some(r) = records.get_mut(&lowered.uid) {
+                r.waive_raise_cooldown(now.as_secs_f64(), cfg);
             }
             out.push(Effect::Event {
                 type_: EventType::Normal,
@@ -217,8 +214,8 @@ pub fn on_yields(
         let Some(y) = d.yielded() else {
             continue;
         };
-        now_yielded.insert(d.uid.as_str());
-        if !std::mem::replace(&mut records.entry(&d.uid).yielded, true) {
+        now_yielded.insert(&d.uid);
+        if !records.entry(&d.uid).set_yielded(true) {
             let mut effects = vec![Effect::Log(Log::Yielded(y.clone()))];
             if events {
                 effects.push(Effect::Event {
@@ -231,8 +228,8 @@ pub fn on_yields(
         }
     }
     for (uid, r) in records.iter_mut() {
-        if r.yielded && !now_yielded.contains(uid.as_str()) {
-            r.yielded = false;
+        if r.yielded() && !now_yielded.contains(uid) {
+            r.set_yielded(false);
             out.push((uid.clone(), vec![Effect::Log(Log::YieldEnded)]));
         }
     }
@@ -241,10 +238,7 @@ pub fn on_yields(
 
 /// `--dry-run`: log and count a plan once per target, send nothing.
 pub fn on_dry_run(records: &mut Records, plan: &PatchPlan) -> Vec<Effect> {
-    let before = records
-        .entry(&plan.uid)
-        .dry_run_logged
-        .replace(plan.new_total_m);
+    let before = records.entry(&plan.uid).dry_run_logged(plan.new_total_m);
     if before == Some(plan.new_total_m) {
         return Vec::new();
     }
@@ -283,13 +277,7 @@ pub fn on_outcome(
         Outcome::Applied => {
             let generation = answer.generation.unwrap_or(view.generation + 1);
             records.succeeded(uid);
-            let last = &mut records.entry(uid).last_patch;
-            *last = Some(LastPatch::after(
-                plan,
-                now.as_secs_f64(),
-                last.as_ref(),
-                policy,
-            ));
+            records.entry(uid).patched(plan, now.as_secs_f64(), policy);
             let note = format!("CPU limit {old} → {new}: {}", plan.why);
             out.extend([
                 Effect::Track {
@@ -519,7 +507,7 @@ mod tests {
         assert_eq!(
             m.get(&view().uid)
                 .unwrap()
-                .last_patch
+                .last_patch()
                 .unwrap()
                 .last_target_m,
             100
@@ -538,7 +526,7 @@ mod tests {
         assert!(fx.contains(&Effect::PodLevelUnsupported));
         assert!(fx.contains(&Effect::PatchError(PatchErrorClass::refused)));
         assert!(!m.may_patch(&view().uid, Duration::from_secs(11)), "held");
-        assert_eq!(m.get(&view().uid).unwrap().learned_floor_m, None);
+        assert_eq!(m.get(&view().uid).unwrap().learned_floor_m(), None);
     }
 
     #[test]

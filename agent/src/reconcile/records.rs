@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::kube::events::SentEvents;
 use crate::model::{DeclaredLimits, Millis, Uid};
-use crate::policy::{Direction, LastPatch};
+use crate::policy::{Direction, LastPatch, PatchPlan, PolicyConfig};
 use crate::verify::{InflightResize, PodDrift};
 
 /// Per-pod retry state after a failed patch.
@@ -59,29 +59,105 @@ impl Jitter {
 
 /// Everything the agent remembers about one pod between ticks. Adding
 /// per-pod state here is all it takes for it to be forgotten with the pod.
+/// Its fields are private: each stage reads and changes them through the
+/// operations below, named for what the stage does.
 #[derive(Debug, Default)]
 pub struct PodRecord {
     /// Last accepted patch (cooldown for raises).
-    pub last_patch: Option<LastPatch>,
+    last_patch: Option<LastPatch>,
     /// Floor learned from refusals.
-    pub learned_floor_m: Option<Millis>,
+    learned_floor_m: Option<Millis>,
     /// Retry state after a failed patch.
-    pub backoff: Option<Backoff>,
+    backoff: Option<Backoff>,
     /// Last dry-run target logged (log changes only).
-    pub dry_run_logged: Option<Millis>,
+    dry_run_logged: Option<Millis>,
     /// Limits the pod's workload declares: seen while they were not yet
     /// Headroom's, or read from the owner's pod template.
-    pub declared: Option<DeclaredLimits>,
+    declared: Option<DeclaredLimits>,
     /// Headroom leaves the pod's limits to another writer (reason
     /// `other_writer`) as of the last round: its Event is sent once, when
     /// the pause begins.
-    pub yielded: bool,
+    yielded: bool,
     /// The resize in flight, until it shows in `cpu.max` (or not).
-    pub resize: Option<InflightResize>,
+    resize: Option<InflightResize>,
     /// Mismatches of its cgroups with its spec, per cgroup.
-    pub drift: PodDrift,
+    drift: PodDrift,
     /// When each kind of Event was last sent for it (rate limit).
-    pub events: SentEvents,
+    events: SentEvents,
+}
+
+impl PodRecord {
+    /// The last patch the apiserver accepted.
+    pub fn last_patch(&self) -> Option<&LastPatch> {
+        self.last_patch.as_ref()
+    }
+
+    /// A patch of `plan` the apiserver accepted at `now_s`: the record of
+    /// it replaces the one before (from which it learns flaps).
+    pub fn patched(&mut self, plan: &PatchPlan, now_s: f64, cfg: &PolicyConfig) {
+        self.last_patch = Some(LastPatch::after(plan, now_s, self.last_patch.as_ref(), cfg));
+    }
+
+    /// A lowering found to buy nothing: it may be raised back at once.
+    pub fn waive_raise_cooldown(&mut self, now_s: f64, cfg: &PolicyConfig) {
+        if let Some(l) = self.last_patch.as_mut() {
+            l.waive_raise_cooldown(now_s, cfg);
+        }
+    }
+
+    /// The floor learned from refusals.
+    pub fn learned_floor_m(&self) -> Option<Millis> {
+        self.learned_floor_m
+    }
+
+    /// The limits the workload declares, as known.
+    pub fn declared(&self) -> Option<&DeclaredLimits> {
+        self.declared.as_ref()
+    }
+
+    /// Learns the limits the workload declares.
+    pub fn declare(&mut self, d: DeclaredLimits) {
+        self.declared = Some(d);
+    }
+
+    /// Whether the pod yielded to another writer as of the last round.
+    pub fn yielded(&self) -> bool {
+        self.yielded
+    }
+
+    /// Sets whether the pod yields to another writer; whether it did before.
+    pub fn set_yielded(&mut self, yielded: bool) -> bool {
+        std::mem::replace(&mut self.yielded, yielded)
+    }
+
+    /// Remembers the dry-run target logged; the one logged before.
+    pub fn dry_run_logged(&mut self, target_m: Millis) -> Option<Millis> {
+        self.dry_run_logged.replace(target_m)
+    }
+
+    /// The resize in flight.
+    pub fn resize(&self) -> Option<&InflightResize> {
+        self.resize.as_ref()
+    }
+
+    pub fn resize_mut(&mut self) -> Option<&mut InflightResize> {
+        self.resize.as_mut()
+    }
+
+    /// The resize in flight ended (verified, or given up on).
+    pub fn resize_ended(&mut self) -> Option<InflightResize> {
+        self.resize.take()
+    }
+
+    /// Its cgroups' mismatches with its spec.
+    pub fn drift_mut(&mut self) -> &mut PodDrift {
+        &mut self.drift
+    }
+
+    /// When each kind of Event was last sent for it.
+    pub fn events_mut(&mut self) -> &mut SentEvents {
+        &mut self.events
+    }
 }
 
 /// What the reconciler remembers: one [`PodRecord`] per pod, and the

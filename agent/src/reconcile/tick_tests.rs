@@ -347,7 +347,7 @@ async fn idle_node_raises_and_a_conflict_is_reread_and_retried_once() {
         h.agent
             .records
             .get(&Uid::from(UID))
-            .and_then(|r| r.resize.as_ref())
+            .and_then(|r| r.resize())
             .map(InflightResize::generation),
         Some(2),
         "in flight"
@@ -390,7 +390,7 @@ async fn refusal_with_a_floor_is_learned_and_the_next_plan_respects_it() {
             .records
             .get(&Uid::from(UID))
             .unwrap()
-            .learned_floor_m,
+            .learned_floor_m(),
         Some(100 + q)
     );
     let lower_refused = [("result", "refused"), ("direction", "lower")];
@@ -729,7 +729,7 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
     );
     let pods = "headroom_pods";
     assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 1.0);
-    assert!(h.agent.records.get(&Uid::from(UID)).unwrap().yielded);
+    assert!(h.agent.records.get(&Uid::from(UID)).unwrap().yielded());
 
     // A resume time before the change does not cover it.
     h.pods
@@ -752,7 +752,7 @@ async fn another_writers_resize_is_yielded_to_until_resume_covers_it() {
         h.resizes().last().map(|r| r.change.clone()),
         Some(app_limit(400))
     );
-    assert!(!h.agent.records.get(&Uid::from(UID)).unwrap().yielded);
+    assert!(!h.agent.records.get(&Uid::from(UID)).unwrap().yielded());
     assert_eq!(h.metric(pods, &[("reason", "other_writer")]), 0.0);
     assert_eq!(
         h.events()
@@ -863,7 +863,7 @@ async fn a_pod_that_leaves_leaves_nothing_behind() {
     let mut h = Harness::raised().await;
     let uid = Uid::from(UID);
     let r = h.agent.records.get(&uid).expect("a record while raised");
-    assert!(r.resize.is_some() && r.last_patch.is_some(), "{r:?}");
+    assert!(r.resize().is_some() && r.last_patch().is_some(), "{r:?}");
     assert!(
         h.events()
             .iter()

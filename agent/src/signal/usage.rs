@@ -87,7 +87,7 @@ pub struct PodUsage {
 /// docs/kubelet-behaviour.md §8). Exact per interval from the `total`
 /// counters; the kernel's `avg10` would still carry throttling from before a
 /// raise for tens of seconds.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stall {
     /// Δ`some total` / interval, percent.
     pub some_pct: f64,
@@ -96,9 +96,23 @@ pub struct Stall {
     /// `some_pct − throttling_pct`: tasks that waited for a CPU others held,
     /// whoever the others were (the pod's own threads included). Raw, this
     /// interval's; not the owed demand `headroom_node_cpu_contention_ratio`
-    /// holds across ticks. Serialized under its old name.
-    #[serde(rename = "contention_pct")]
+    /// holds across ticks.
     pub queued_pct: f64,
+}
+
+/// `queued_pct` is also written under its name before 0.2, `contention_pct`
+/// (`headroom-agent slack --json`), for one release: readers of the old
+/// name keep working while they move.
+impl serde::Serialize for Stall {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Stall", 4)?;
+        st.serialize_field("some_pct", &self.some_pct)?;
+        st.serialize_field("throttling_pct", &self.throttling_pct)?;
+        st.serialize_field("queued_pct", &self.queued_pct)?;
+        st.serialize_field("contention_pct", &self.queued_pct)?;
+        st.end()
+    }
 }
 
 impl Stall {
@@ -128,9 +142,7 @@ pub struct NodeUsage {
     pub usage_basis: UsageBasis,
     /// `capacity − usage`, at least 0: idle CPU, not the policy's slack
     /// (`NodeDecision::slack_m`, after reserve, requests and what is owed)
-    /// nor the booked slack (allocatable − requests). Serialized under its
-    /// old name.
-    #[serde(rename = "slack_m")]
+    /// nor the booked slack (allocatable − requests).
     pub idle_m: Millis,
     pub pressure_some_avg10: Option<f64>,
     pub pressure_full_avg10: Option<f64>,

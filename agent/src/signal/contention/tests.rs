@@ -75,14 +75,16 @@ const T: Thresholds = Thresholds {
     reserve_m: 100,
 };
 
+/// A 2-CPU node, allocatable 2000m.
+const TWO_CPUS: CapacityInputs = CapacityInputs {
+    node_allocatable_m: Some(2000),
+    online_cpus: 2,
+    shared_pool_cpus: None,
+};
+
 /// One second between `a` and `b` on a 2-CPU node; pod "m" is managed.
 fn run(a: &NodeSnapshot, b: &NodeSnapshot, requests: &[(&str, Millis)]) -> Contention {
-    let cap = CapacityInputs {
-        node_allocatable_m: Some(2000),
-        online_cpus: 2,
-        shared_pool_cpus: None,
-    };
-    let slack = usage::measure(a, b, cap);
+    let slack = usage::measure(a, b, TWO_CPUS);
     attribute_ids(a, b, &slack, requests, &["m"], &Contention::default())
 }
 
@@ -313,15 +315,7 @@ fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
                 ),
             ],
         );
-        let slack = usage::measure(
-            &a,
-            &b,
-            CapacityInputs {
-                node_allocatable_m: Some(2000),
-                online_cpus: 2,
-                shared_pool_cpus: None,
-            },
-        );
+        let slack = usage::measure(&a, &b, TWO_CPUS);
         attribute_ids(&a, &b, &slack, &[("m", 200), ("h", 100)], &["m"], earlier)
     };
     let first = interval(&Contention::default());
@@ -429,15 +423,7 @@ fn waits_beside(kubepods_m: u64, machine_m: Option<u64>, m_throttled_us: u64) ->
         );
         a.node_usage_us = machine_m.map(|_| 0);
         b.node_usage_us = machine_m.map(|m| m * 1000);
-        let slack = usage::measure(
-            &a,
-            &b,
-            CapacityInputs {
-                node_allocatable_m: Some(2000),
-                online_cpus: 2,
-                shared_pool_cpus: None,
-            },
-        );
+        let slack = usage::measure(&a, &b, TWO_CPUS);
         attribute_ids(&a, &b, &slack, &[("m", 500), ("n", 800)], &["m"], earlier)
     };
     interval(&interval(&Contention::default()))
@@ -671,15 +657,7 @@ fn a_marginal_wait_counts_only_when_it_shows_twice_in_a_row() {
             },
             vec![pod("m", m, true), pod("n", n, true)],
         );
-        let slack = usage::measure(
-            &a,
-            &b,
-            CapacityInputs {
-                node_allocatable_m: Some(2000),
-                online_cpus: 2,
-                shared_pool_cpus: None,
-            },
-        );
+        let slack = usage::measure(&a, &b, TWO_CPUS);
         attribute_ids(&a, &b, &slack, &[("m", 500), ("n", 800)], &["m"], earlier)
     };
     let first = waits(&Contention::default());
