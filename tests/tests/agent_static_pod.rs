@@ -75,8 +75,9 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
             cfg.static_pods = vec![StaticPod::new(manifest)];
         })
         // Ticks of 500 ms: a tick's usage of kubepods and of a pod, read a
-        // moment apart, differ by up to a simulator tick (more when the host
-        // is loaded); over 200 ms that swung the slack of this one-CPU node
+        // moment apart, differ by up to a simulator tick, and on a loaded
+        // host a simulator tick stretches to hundreds of ms (its counters
+        // then jump); over 200 ms that swung the slack of this one-CPU node
         // by 200–700m and sent the managed pod to its floor before anyone
         // waited.
         .agent(fast_args_with(&[("--tick", "500ms")]))
@@ -96,7 +97,7 @@ async fn a_static_pod_displaced_within_its_request_is_owed_by_its_config_hash() 
         cpu_limit_m(p, "app") == Some(1000)
     })
     .await;
-    // The managed pod busy first and alone (10 agent ticks): the static pod
+    // The managed pod busy first and alone (2 s, 4 agent ticks): the static pod
     // starts waiting against a steady burst, not in the agent's first noisy
     // interval of both loads changing at once (where a slack lowering to
     // the floor, made before anyone is owed, opens no claim).
