@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use testkit::control_plane::resize;
-use testkit::kubelet_sim::{SimConfig, SimKubelet, SimLayout};
+use testkit::kubelet_sim::{SimConfig, SimKubelet, SimLayout, StaticPod};
 use testkit::node_vm::{NodeVm, PodCpuMax, RealCluster};
 use testkit::scenario::pod::{millis, pod_limit_m};
 
@@ -56,7 +56,8 @@ async fn serial(c: &RealCluster) -> tokio::sync::MutexGuard<'static, ()> {
         let kp = node.spec.kubepods_path();
         node.sh(&format!(
             "umount {stat} 2>/dev/null; chmod a+r {kp}/cpu.stat {kp}/cpu.pressure; \
-             systemctl start containerd kubelet"
+             rm -f {}/*; systemctl start containerd kubelet",
+            testkit::node_vm::config::STATIC_POD_PATH
         ))
         .await
         .expect("undo a leftover fault");
@@ -404,9 +405,22 @@ async fn parity_sim(
     root: std::path::PathBuf,
     node: &NodeVm,
 ) -> SimKubelet {
+    parity_sim_with(c, client, name, root, node, vec![]).await
+}
+
+/// [`parity_sim`] running `static_pods` from its staticPodPath.
+async fn parity_sim_with(
+    c: &RealCluster,
+    client: &kube::Client,
+    name: &str,
+    root: std::path::PathBuf,
+    node: &NodeVm,
+    static_pods: Vec<StaticPod>,
+) -> SimKubelet {
     let mut cfg = SimConfig::new(name, root);
     cfg.layout = sim_layout(node);
     cfg.allocatable_cpu_m = 2000;
+    cfg.static_pods = static_pods;
     let sim = SimKubelet::start(client.clone(), cfg)
         .await
         .expect("sim starts");
@@ -512,6 +526,159 @@ async fn nodes_join_ready_with_both_cgroup_layouts_and_their_suites_kernels() {
     }
 }
 
+/// `metadata.name` of the static pod the cpu.max parity test runs.
+const STATIC_PROBE: &str = "static-probe";
+
+/// A small static pod manifest in namespace `ns` (pause, 10m request).
+fn static_probe(ns: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": STATIC_PROBE, "namespace": ns},
+        "spec": {"containers": [{"name": "c", "image": "headroom.local/pause:1",
+            "imagePullPolicy": "Never",
+            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}})
+}
+
+/// Puts `manifest` in `node`'s staticPodPath (written aside, then renamed:
+/// the kubelet skips dot files and never reads half a manifest).
+async fn put_static_manifest(node: &NodeVm, manifest: &Value) {
+    let dir = testkit::node_vm::config::STATIC_POD_PATH;
+    node.sh(&format!(
+        "echo '{manifest}' > {dir}/.{STATIC_PROBE}.json && mv {dir}/.{STATIC_PROBE}.json {dir}/{STATIC_PROBE}.json"
+    ))
+    .await
+    .expect("write static pod manifest");
+}
+
+/// `path` with the config hash spelled `<hash>`, relative to `root`.
+fn hash_blind(path: &str, root: &str, hash: &str) -> String {
+    path.trim_start_matches(root)
+        .trim_start_matches('/')
+        .replace(hash, "<hash>")
+}
+
+/// docs/kubelet-behaviour.md "Static pods" on a real kubelet, and the
+/// simulator's static pod beside it: the mirror pod carries the config hash
+/// (`kubernetes.io/config.mirror` = `config.hash`, 32 hex digits) and
+/// another uid, is owned by the Node, and the pod's cgroup is `pod<hash>`
+/// (none is named after the mirror's uid). Returns what differs.
+async fn static_pod_facts(api: &Api<Pod>, node: &NodeVm, sim: &SimKubelet) -> Vec<String> {
+    let mut bad = Vec::new();
+    let n = node.name();
+    let name = format!("{STATIC_PROBE}-{}", n.to_lowercase());
+    let real = wait_running(api, &name, POD_START).await;
+    let ann = real.metadata.annotations.clone().unwrap_or_default();
+    let hash = ann
+        .get("kubernetes.io/config.mirror")
+        .cloned()
+        .unwrap_or_default();
+    let uid = real.metadata.uid.clone().unwrap_or_default();
+    let owner = real.metadata.owner_references.clone().unwrap_or_default();
+    let node_uid = Api::<k8s_openapi::api::core::v1::Node>::all(api.clone().into_client())
+        .get(n)
+        .await
+        .ok()
+        .and_then(|n| n.metadata.uid);
+    let dir = node.pod_cgroup(&hash).await;
+    let by_uid = node.pod_cgroup(&uid).await;
+    eprintln!(
+        "MEASURE static pod {n}: mirror {name} uid {uid}, config.mirror {hash:?}, \
+         config.hash {:?}, config.source {:?}, owner {:?}, cgroup {:?}, cgroup by mirror uid {:?}",
+        ann.get("kubernetes.io/config.hash"),
+        ann.get("kubernetes.io/config.source"),
+        owner
+            .iter()
+            .map(|o| format!(
+                "{}/{} uid {} controller {:?}",
+                o.kind, o.name, o.uid, o.controller
+            ))
+            .collect::<Vec<_>>(),
+        dir.as_ref().map_err(|e| format!("{e:#}")),
+        by_uid.as_ref().map_err(|e| format!("{e:#}")),
+    );
+    let hex32 = |h: &str| h.len() == 32 && h.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f'));
+    if !hex32(&hash) {
+        bad.push(format!(
+            "{n}: config.mirror {hash:?} is not 32 lowercase hex digits"
+        ));
+    }
+    if ann.get("kubernetes.io/config.hash") != Some(&hash) {
+        bad.push(format!(
+            "{n}: config.hash differs from config.mirror: {ann:?}"
+        ));
+    }
+    if ann.get("kubernetes.io/config.source").map(String::as_str) != Some("file") {
+        bad.push(format!("{n}: config.source is not file: {ann:?}"));
+    }
+    if uid == hash || uid.is_empty() {
+        bad.push(format!("{n}: mirror uid {uid:?} is the hash"));
+    }
+    let owned = owner.len() == 1
+        && owner[0].kind == "Node"
+        && owner[0].name == n
+        && Some(&owner[0].uid) == node_uid.as_ref()
+        && owner[0].controller == Some(true);
+    if !owned {
+        bad.push(format!(
+            "{n}: mirror owner {owner:?}, node uid {node_uid:?}"
+        ));
+    }
+    let real_dir = match &dir {
+        Ok(d) => d.clone(),
+        Err(e) => {
+            bad.push(format!("{n}: no cgroup pod<config hash>: {e:#}"));
+            String::new()
+        }
+    };
+    if by_uid.is_ok() {
+        bad.push(format!(
+            "{n}: a cgroup is named after the mirror uid: {by_uid:?}"
+        ));
+    }
+    // The simulator's static pod of the same manifest: the same names.
+    let sim_name = sim.static_pod_name(STATIC_PROBE);
+    let ns = real.metadata.namespace.clone().unwrap_or_default();
+    let simmed = wait_running(api, &sim_name, Duration::from_secs(60)).await;
+    let sim_ann = simmed.metadata.annotations.clone().unwrap_or_default();
+    let sim_hash = sim.config_hash(&ns, &sim_name).unwrap_or_default();
+    let keys = |a: &std::collections::BTreeMap<String, String>| -> Vec<String> {
+        a.keys()
+            .filter(|k| k.starts_with("kubernetes.io/config."))
+            .cloned()
+            .collect()
+    };
+    if keys(&ann) != keys(&sim_ann) {
+        bad.push(format!(
+            "{n}: PARITY mirror annotations: real {:?}, simulator {:?}",
+            keys(&ann),
+            keys(&sim_ann)
+        ));
+    }
+    if !hex32(&sim_hash) || sim_ann.get("kubernetes.io/config.mirror") != Some(&sim_hash) {
+        bad.push(format!(
+            "{n}: PARITY simulator hash {sim_hash:?}: {sim_ann:?}"
+        ));
+    }
+    if simmed.metadata.uid.as_deref() == Some(sim_hash.as_str()) {
+        bad.push(format!("{n}: PARITY simulator mirror uid is the hash"));
+    }
+    let sim_dir = sim
+        .pod_cgroup_path(&ns, &sim_name)
+        .map(|p| p.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let sim_root = sim.config().cgroup_root.to_string_lossy().to_string();
+    let (r, s) = (
+        hash_blind(&real_dir, "/sys/fs/cgroup", &hash),
+        hash_blind(&sim_dir, &sim_root, &sim_hash),
+    );
+    eprintln!("MEASURE static pod {n}: cgroup real {r}, simulator {s}");
+    if r != s {
+        bad.push(format!(
+            "{n}: PARITY static pod cgroup: real {r}, simulator {s}"
+        ));
+    }
+    bad
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
     let Some(c) = cluster() else { return };
@@ -526,10 +693,16 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
     // their pods side by side (pod start under emulation takes minutes).
     let mut sims = Vec::new();
     let started = Instant::now();
+    // And a static pod on each node (and its simulator), started with them.
+    let probe = static_probe(&ns);
+    for node in &c.nodes {
+        put_static_manifest(node, &probe).await;
+    }
     for (i, node) in c.nodes.iter().enumerate() {
         let sim_name = format!("sim-{}", node.name());
         let root = dir.path().join(format!("cg{i}"));
-        let sim = parity_sim(c, &client, &sim_name, root, node).await;
+        let statics = vec![StaticPod::new(probe.clone())];
+        let sim = parity_sim_with(c, &client, &sim_name, root, node, statics).await;
         for s in shapes() {
             create(&api, (s.spec)(&format!("{}-{i}", s.name), node.name())).await;
             create(&api, (s.spec)(&format!("sim-{}-{i}", s.name), &sim_name)).await;
@@ -591,9 +764,24 @@ async fn kubelet_cpu_max_matches_the_documented_rules_and_the_simulator() {
             shapes().len(),
             started.elapsed().as_secs_f64()
         );
+        let t = Instant::now();
+        failures.extend(static_pod_facts(&api, node, sim).await);
+        eprintln!(
+            "MEASURE {}: static pod checked in {:.1}s more",
+            node.name(),
+            t.elapsed().as_secs_f64()
+        );
     }
     for sim in sims {
         sim.stop().await;
+    }
+    for node in &c.nodes {
+        node.sh(&format!(
+            "rm -f {}/{STATIC_PROBE}.json",
+            testkit::node_vm::config::STATIC_POD_PATH
+        ))
+        .await
+        .expect("remove static pod manifest");
     }
     cleanup(&client, &[ns.as_str()]).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));

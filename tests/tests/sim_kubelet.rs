@@ -1088,3 +1088,151 @@ async fn static_cpu_manager_lays_out_exclusive_cpus_and_the_shared_pool() {
         .expect("delete");
     wait_file(cpuset("b", "app"), "0-3").await;
 }
+
+/// docs/kubelet-behaviour.md "Static pods": a pod from the kubelet's
+/// `staticPodPath` runs under its config hash — cgroup `pod<hash>`, 32 hex
+/// digits, no dashes — while the apiserver holds a mirror pod named
+/// `<name>-<node>` with `kubernetes.io/config.mirror` = `config.hash` =
+/// the hash, `config.source: file`, a controller ownerReference to the Node
+/// and a uid of the apiserver's own. The mirror carries the pod's status,
+/// cannot be resized, and comes back (new uid, same hash) when deleted
+/// while the pod runs on.
+#[tokio::test]
+async fn static_pod_runs_under_its_config_hash_beside_a_mirror_pod_with_another_uid() {
+    let cp = ControlPlane::shared();
+    let client = cp.client().await;
+    let ns = cp.namespace("sim-static-pod").await;
+    let root = tempfile::tempdir().expect("tempdir");
+    let node = format!("{ns}-node");
+    let mut cfg = SimConfig::new(&node, root.path().join("cgroup"));
+    cfg.static_pods = vec![testkit::kubelet_sim::StaticPod::new(json!({
+        "metadata": {"name": "etcd", "namespace": ns},
+        "spec": {"containers": [container("c", "500m", None)]}}))];
+    let sim = SimKubelet::start(client.clone(), cfg)
+        .await
+        .expect("sim starts");
+    let env = Env {
+        client,
+        ns,
+        node,
+        sim,
+        _root: root,
+    };
+    let name = env.sim.static_pod_name("etcd");
+    assert_eq!(name, format!("etcd-{}", env.node));
+    let hash = env.sim.config_hash(&env.ns, &name).expect("a static pod");
+    assert_eq!(hash.len(), 32, "{hash}");
+    assert!(hash.chars().all(|c| c.is_ascii_hexdigit()), "{hash}");
+
+    // The cgroup: pod<hash> under burstable, as the Kind layout names it.
+    let dir = env.root().join(format!(
+        "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod{hash}.slice"
+    ));
+    assert!(dir.join("cpu.max").is_file(), "{} missing", dir.display());
+    assert_eq!(env.sim.pod_cgroup_path(&env.ns, &name), Some(dir.clone()));
+    assert_eq!(
+        read(&dir.join("cpu.weight")),
+        "20\n",
+        "weight of a 500m request"
+    );
+
+    // The mirror pod: the hash in its annotations, a uid of its own, owned by the Node.
+    let mirror = env.running(&name).await;
+    let ann = mirror.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        ann.get("kubernetes.io/config.mirror"),
+        Some(&hash),
+        "{ann:?}"
+    );
+    assert_eq!(ann.get("kubernetes.io/config.hash"), Some(&hash), "{ann:?}");
+    assert_eq!(
+        ann.get("kubernetes.io/config.source").map(String::as_str),
+        Some("file")
+    );
+    let uid = mirror.metadata.uid.clone().expect("uid");
+    assert_ne!(uid, hash, "the apiserver gives the mirror a uid of its own");
+    assert_eq!(uid.len(), 36, "a UUID: {uid}");
+    let node_uid = Api::<k8s_openapi::api::core::v1::Node>::all(env.client.clone())
+        .get(&env.node)
+        .await
+        .expect("node")
+        .metadata
+        .uid;
+    let owner = &mirror.metadata.owner_references.clone().expect("owner")[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Node", env.node.as_str(), Some(true))
+    );
+    assert_eq!(Some(&owner.uid), node_uid.as_ref());
+    // No cgroup is named after the mirror's uid, in any spelling.
+    let mut stack = vec![env.root()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            assert!(
+                !n.contains(&uid) && !n.contains(&uid.replace('-', "_")),
+                "cgroup named after the mirror uid: {}",
+                e.path().display()
+            );
+            if e.path().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+
+    // It runs with demand like any pod; its status is the mirror's.
+    env.sim.set_demand(&env.ns, &name, 300);
+    eventually("static pod uses CPU", || {
+        let u = stat(&dir).get("usage_usec").copied().unwrap_or(0);
+        async move { (u > 0).then_some(()) }
+    })
+    .await;
+    let c = env
+        .sim
+        .container_cgroup_path(&env.ns, &name, "c")
+        .expect("container cgroup");
+    assert!(c.starts_with(&dir), "{}", c.display());
+    let cs = container_status(&mirror, "c").expect("container status");
+    assert!(
+        cs.container_id.as_deref().is_some_and(|id| c
+            .to_string_lossy()
+            .contains(id.trim_start_matches("containerd://"))),
+        "{cs:?} vs {}",
+        c.display()
+    );
+
+    // The apiserver refuses its resize.
+    let err = resize(
+        &env.pods(),
+        &name,
+        &Patch::Strategic(json!({"spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"cpu": "900m"}}}]}})),
+        false,
+    )
+    .await
+    .expect_err("a mirror pod's resize is refused");
+    assert!(
+        format!("{err:#}").contains("static pods cannot be resized"),
+        "{err:#}"
+    );
+
+    // Deleted, the mirror comes back with another uid; the pod ran on.
+    env.pods()
+        .delete(&name, &DeleteParams::default())
+        .await
+        .expect("delete mirror");
+    let again = env
+        .wait_pod("mirror recreated", &name, |p| {
+            p.metadata.uid.as_deref() != Some(uid.as_str())
+                && p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .await;
+    let ann = again.metadata.annotations.unwrap_or_default();
+    assert_eq!(ann.get("kubernetes.io/config.mirror"), Some(&hash));
+    assert!(
+        dir.join("cpu.max").is_file(),
+        "the static pod's cgroup went"
+    );
+    assert_eq!(env.sim.pod_cgroup_path(&env.ns, &name), Some(dir));
+}

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use super::faults::Fault;
 use super::load::CgroupCounters;
 use super::pods::{PodEntry, on_pod, teardown};
+use super::static_pods::{StaticState, is_mirror_of, mirror_body};
 use super::tick::{StatusPatch, on_tick};
 use super::{Demand, PodKey, SimConfig};
 
@@ -54,6 +55,12 @@ pub(crate) struct State {
     pub last_tick: Option<Instant>,
     /// CPUs held exclusively under the static CPU manager ([`super::cpuset`]).
     pub exclusive: super::cpuset::Exclusive,
+    /// Static pods by their (mirror's) namespace and name; each also has a
+    /// [`PodEntry`] in `pods`, named after its config hash.
+    pub statics: BTreeMap<PodKey, StaticState>,
+    /// Share of its grant each pod cedes to other busy pods on a full node
+    /// ([`super::load::cede`]).
+    pub cede: HashMap<PodKey, f64>,
 }
 
 /// A pod being deleted whose deletion the simulator confirms (grace period 0),
@@ -81,6 +88,7 @@ pub(crate) async fn run(shared: Arc<Shared>, client: Client, mut stop: watch::Re
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut lease = tokio::time::interval(super::node::LEASE_RENEW);
     lease.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    create_mirrors(&shared, &client).await;
     loop {
         tokio::select! {
             _ = stop.changed() => break,
@@ -100,6 +108,7 @@ pub(crate) async fn run(shared: Arc<Shared>, client: Client, mut stop: watch::Re
             _ = tick.tick() => {
                 let patches = on_tick(&shared);
                 send_status(&shared, &client, patches).await;
+                create_mirrors(&shared, &client).await;
             }
         }
     }
@@ -116,7 +125,17 @@ fn on_event(shared: &Shared, ev: Event<Pod>) -> Vec<Deletion> {
             if let Some(seen) = st.relist.as_mut() {
                 seen.insert(key.clone());
             }
-            if pod.metadata.deletion_timestamp.is_some() {
+            if let Some(s) = st.statics.get_mut(&key) {
+                let before = s.mirror_uid.clone();
+                deletes.extend(on_mirror(s, &key, &pod));
+                // A new mirror has no status yet: report it.
+                if s.mirror_uid.is_some()
+                    && s.mirror_uid != before
+                    && let Some(e) = st.pods.get_mut(&key)
+                {
+                    e.touch_status();
+                }
+            } else if pod.metadata.deletion_timestamp.is_some() {
                 teardown(&shared.cfg, &mut st, &key);
                 deletes.push(Deletion {
                     key,
@@ -135,13 +154,98 @@ fn on_event(shared: &Shared, ev: Event<Pod>) -> Vec<Deletion> {
                     .cloned()
                     .collect();
                 for k in gone {
-                    teardown(&shared.cfg, &mut st, &k);
+                    // A static pod runs on without its mirror: recreate that.
+                    match st.statics.get_mut(&k) {
+                        Some(s) => s.create_mirror = true,
+                        None => teardown(&shared.cfg, &mut st, &k),
+                    }
                 }
             }
         }
-        Event::Delete(pod) => teardown(&shared.cfg, &mut st, &pod_key(&pod)),
+        Event::Delete(pod) => {
+            let key = pod_key(&pod);
+            match st.statics.get_mut(&key) {
+                Some(s) => s.create_mirror = true,
+                None => teardown(&shared.cfg, &mut st, &key),
+            }
+        }
     }
     deletes
+}
+
+/// The apiserver's pod under a static pod's name: its mirror (remember its
+/// uid), or one being deleted or not of this hash, which the kubelet
+/// deletes at once (grace 0) and replaces with a mirror of its own.
+fn on_mirror(s: &mut StaticState, key: &PodKey, pod: &Pod) -> Option<Deletion> {
+    let uid = pod.uid().unwrap_or_default();
+    if pod.metadata.deletion_timestamp.is_none() && is_mirror_of(pod, &s.defaulted.hash) {
+        s.mirror_uid = Some(uid);
+        s.create_mirror = false;
+        return None;
+    }
+    s.mirror_uid = None;
+    s.create_mirror = true;
+    Some(Deletion {
+        key: key.clone(),
+        uid,
+    })
+}
+
+/// Creates the mirror pods that are missing, as the kubelet's pod sync does.
+/// A mirror of the same hash already there is kept (the kubelet's
+/// `CreateMirrorPod` on AlreadyExists); any other pod under the name is
+/// left to [`on_mirror`] to delete when its watch event comes.
+async fn create_mirrors(shared: &Shared, client: &Client) {
+    let wanted: Vec<_> = shared
+        .lock()
+        .statics
+        .values()
+        .filter(|s| s.create_mirror)
+        .map(|s| s.defaulted.clone())
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let node = &shared.cfg.node_name;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node_uid = match tokio::time::timeout(REQUEST_TIMEOUT, nodes.get(node)).await {
+        Ok(Ok(n)) => n.uid().unwrap_or_default(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "sim kubelet: reading the node for mirror pods");
+            return;
+        }
+        Err(_) => return,
+    };
+    for d in wanted {
+        let api: Api<Pod> = Api::namespaced(client.clone(), &d.key.ns);
+        let body = mirror_body(&d, node, &node_uid);
+        let pp = kube::api::PostParams::default();
+        let sent = tokio::time::timeout(REQUEST_TIMEOUT, api.create(&pp, &body));
+        let uid = match sent.await {
+            Ok(Ok(p)) => p.uid(),
+            Ok(Err(kube::Error::Api(e))) if e.code == 409 => match api.get(&d.key.name).await {
+                Ok(p) if is_mirror_of(&p, &d.hash) && p.metadata.deletion_timestamp.is_none() => {
+                    p.uid()
+                }
+                _ => None,
+            },
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, pod = %d.key, "sim kubelet: creating mirror pod");
+                None
+            }
+            Err(_) => None,
+        };
+        if let Some(uid) = uid {
+            let mut st = shared.lock();
+            if let Some(s) = st.statics.get_mut(&d.key) {
+                s.mirror_uid = Some(uid);
+                s.create_mirror = false;
+            }
+            if let Some(e) = st.pods.get_mut(&d.key) {
+                e.touch_status();
+            }
+        }
+    }
 }
 
 async fn send_status(shared: &Shared, client: &Client, patches: Vec<StatusPatch>) {

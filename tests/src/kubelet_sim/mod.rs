@@ -34,6 +34,11 @@
 //!   init containers are reported `Completed` and have no cgroup). A pod with a
 //!   `deletionTimestamp` loses its cgroups and is then deleted with grace period 0,
 //!   as the kubelet confirms a deletion.
+//! - **Static pods** ([`SimConfig::static_pods`], docs/kubelet-behaviour.md
+//!   "Static pods"): run from the start under their config hash (cgroup
+//!   `pod<hash>`), with a mirror pod the simulator creates in the apiserver
+//!   (`kubernetes.io/config.mirror`, another uid, owned by the Node), reports
+//!   status on and recreates when deleted; see [`static_pods`].
 //! - **Resize** (docs/kubelet-behaviour.md §3, §4): a `metadata.generation` bump whose resources differ
 //!   from what was applied sets `PodResizeInProgress=True` and moves
 //!   `status.observedGeneration` to the new generation (as a real kubelet does); after `resize_delay` the new container and pod `cpu.max` and
@@ -78,6 +83,11 @@
 //!   containers that only together outnumber the CPUs read as displacing each other.
 //!   avg10/60/300 are continuous exponential moving averages with 10, 60 and 300 s
 //!   windows (the kernel updates every 2 s); `total` is µs of `some`/`full`.
+//! - Fluid fairness: a pod gets its weighted share of a full node or all it
+//!   wants, so a pod within its request never waits while another bursts
+//!   (the real kernel does: docs/kubelet-behaviour.md §8). A test that
+//!   needs such a wait asks for it per pod ([`SimKubelet::set_cede`],
+//!   [`load::cede`]).
 //! - No admission: every resize is accepted (never `PodResizePending`
 //!   `Deferred`/`Infeasible`), there is no eviction, no restarts for
 //!   `resizePolicy: RestartContainer`, no memory files, no probes, no images.
@@ -103,6 +113,7 @@ mod node;
 pub mod plan;
 mod pods;
 pub mod resize;
+pub mod static_pods;
 pub mod status;
 mod tick;
 
@@ -119,6 +130,7 @@ pub use cgroup_writer::WriteMode;
 pub use cpuset::StaticCpuManager;
 pub use faults::Fault;
 pub use layout::{SimLayout, SimQos, SimRuntime};
+pub use static_pods::StaticPod;
 
 /// Configuration of one simulated node.
 #[derive(Debug, Clone)]
@@ -153,6 +165,10 @@ pub struct SimConfig {
     /// containers' `cpuset.cpus.effective` ([`cpuset`]). `None`: the
     /// default `none` policy (no cpuset files below the root).
     pub static_cpu_manager: Option<StaticCpuManager>,
+    /// Manifests in the kubelet's `staticPodPath`: run from the start, each
+    /// with its cgroup named after its config hash and a mirror pod in the
+    /// apiserver ([`static_pods`]).
+    pub static_pods: Vec<StaticPod>,
 }
 
 impl SimConfig {
@@ -174,6 +190,7 @@ impl SimConfig {
             throttle_psi_weight: 0.85,
             declared_features: vec!["InPlacePodLevelResourcesVerticalScaling".into()],
             static_cpu_manager: None,
+            static_pods: Vec::new(),
         }
     }
 }
@@ -223,6 +240,7 @@ impl SimKubelet {
         node::write_node_tree(&cfg)
             .with_context(|| format!("writing kubepods tree in {}", cfg.cgroup_root.display()))?;
         let shared = Arc::new(driver::Shared::new(cfg));
+        start_static_pods(&shared)?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(driver::run(shared.clone(), client, stop_rx));
         Ok(SimKubelet {
@@ -267,6 +285,32 @@ impl SimKubelet {
             .or_default()
             .containers
             .insert(container.to_string(), millicores as f64);
+    }
+
+    /// The name of static pod `name` (its manifest's `metadata.name`) and
+    /// of its mirror pod on this node: `<name>-<node>`.
+    pub fn static_pod_name(&self, name: &str) -> String {
+        static_pods::mirror_name(name, &self.shared.cfg.node_name)
+    }
+
+    /// The config hash of static pod `ns`/`name` (the mirror's name), which
+    /// names its cgroup; `None` if it is not a static pod of this node.
+    pub fn config_hash(&self, ns: &str, name: &str) -> Option<String> {
+        self.state()
+            .statics
+            .get(&PodKey::new(ns, name))
+            .map(|s| s.defaulted.hash.clone())
+    }
+
+    /// Makes a pod cede `share` (0–1) of the CPU the fluid model grants it
+    /// to other pods that want more, while the node has no idle CPU: it
+    /// waits (`cpu.pressure` `full`) though within its weight's share. The
+    /// real kernel shows such waits beside a many-threaded burster
+    /// ([`load::cede`]); the fluid model alone never does.
+    pub fn set_cede(&self, ns: &str, name: &str, share: f64) {
+        self.state()
+            .cede
+            .insert(PodKey::new(ns, name), share.clamp(0.0, 1.0));
     }
 
     /// Switches a pod's fault mode (may be called before the pod exists).
@@ -346,6 +390,29 @@ impl SimKubelet {
             let _ = task.await;
         }
     }
+}
+
+/// Runs the static pods of the config at once, as the kubelet does from its
+/// `staticPodPath` before (and whether or not) the apiserver answers; their
+/// mirror pods are created by the task.
+fn start_static_pods(shared: &driver::Shared) -> anyhow::Result<()> {
+    let cfg = &shared.cfg;
+    let mut st = shared.lock();
+    for sp in &cfg.static_pods {
+        let d = static_pods::defaulted(sp, &cfg.node_name)?;
+        let plan =
+            plan::PodPlan::from_pod(&d.pod).with_context(|| format!("static pod {}", sp.path))?;
+        pods::start_pod(cfg, &mut st, d.key.clone(), d.hash.clone(), plan, 1);
+        st.statics.insert(
+            d.key.clone(),
+            static_pods::StaticState {
+                defaulted: d,
+                mirror_uid: None,
+                create_mirror: true,
+            },
+        );
+    }
+    Ok(())
 }
 
 impl Drop for SimKubelet {

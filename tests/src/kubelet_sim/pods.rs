@@ -130,24 +130,41 @@ pub(crate) fn on_pod(cfg: &SimConfig, st: &mut State, key: PodKey, pod: &Pod) {
         }
     };
     let generation = pod.metadata.generation.unwrap_or(1);
-    let fault = st.faults.get(&key).cloned().unwrap_or_default();
     match st.pods.get_mut(&key) {
-        None => {
-            let mut entry =
-                PodEntry::new(cfg, pod.uid().unwrap_or_default(), plan.clone(), generation);
-            if let Err(e) = write_pod_cgroups(cfg, &mut entry, &plan, &fault, false) {
-                tracing::warn!(error = %e, pod = %key, "sim kubelet: writing pod cgroups");
-            }
-            super::cpuset::allocate(cfg, st, &key, &plan);
-            st.pods.insert(key, entry);
-            update_qos_weights(cfg, st);
-            super::cpuset::write_all(cfg, st);
-        }
+        None => start_pod(
+            cfg,
+            st,
+            key,
+            pod.uid().unwrap_or_default(),
+            plan,
+            generation,
+        ),
         Some(entry) if generation > entry.seen_generation => {
             entry.on_generation(cfg, plan, generation);
         }
         Some(_) => {}
     }
+}
+
+/// Starts a pod: its cgroups, named after `uid` (`metadata.uid`, or a
+/// static pod's config hash), and its place in the node's weights and cpusets.
+pub(crate) fn start_pod(
+    cfg: &SimConfig,
+    st: &mut State,
+    key: PodKey,
+    uid: String,
+    plan: PodPlan,
+    generation: i64,
+) {
+    let fault = st.faults.get(&key).cloned().unwrap_or_default();
+    let mut entry = PodEntry::new(cfg, uid, plan.clone(), generation);
+    if let Err(e) = write_pod_cgroups(cfg, &mut entry, &plan, &fault, false) {
+        tracing::warn!(error = %e, pod = %key, "sim kubelet: writing pod cgroups");
+    }
+    super::cpuset::allocate(cfg, st, &key, &plan);
+    st.pods.insert(key, entry);
+    update_qos_weights(cfg, st);
+    super::cpuset::write_all(cfg, st);
 }
 
 /// Removes a pod's cgroups and forgets it.

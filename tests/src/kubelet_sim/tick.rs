@@ -167,11 +167,18 @@ fn advance_load(cfg: &SimConfig, st: &mut State, dt_us: f64) {
     };
     let loads = read_loads(cfg, st);
     let inputs: Vec<PodIn> = loads.iter().map(|l| l.input.clone()).collect();
-    let outs = load::allocate(
+    let mut outs = load::allocate(
         &inputs,
         node_capacity_m(cfg, &tick.kubepods),
         online_cpus(cfg),
     );
+    if !st.cede.is_empty() {
+        let shares: Vec<f64> = loads
+            .iter()
+            .map(|l| st.cede.get(&l.key).copied().unwrap_or(0.0))
+            .collect();
+        load::cede(&inputs, &mut outs, &shares);
+    }
     let mut share = NodeShare::default();
     for (pod, out) in loads.iter().zip(&outs) {
         if let Some(entry) = st.pods.get_mut(&pod.key) {

@@ -173,6 +173,8 @@ authentication:
 authorization:
   mode: Webhook
 failSwapOn: false
+# Empty at boot; a test drops a manifest in to run a static pod.
+staticPodPath: {STATIC_POD_PATH}
 resolvConf: /etc/resolv.conf
 clusterDomain: cluster.local
 clusterDNS: [10.96.0.10]
@@ -191,6 +193,9 @@ imageGCLowThresholdPercent: 99
         driver = spec.driver.as_str(),
     )
 }
+
+/// The kubelet's `staticPodPath` on every node: empty at boot.
+pub const STATIC_POD_PATH: &str = "/etc/kubernetes/manifests";
 
 pub fn containerd_config(spec: &NodeSpec) -> String {
     format!(
@@ -315,6 +320,7 @@ mod tests {
         assert!(node_env(&a).contains("KUBELET_SLICE=kubelet.slice\n"));
         assert!(node_env(&b).contains("KUBELET_SLICE=\n"));
         assert!(!kubelet_config(&b).contains("cpuManagerPolicy"));
+        assert!(kubelet_config(&b).contains("\nstaticPodPath: /etc/kubernetes/manifests\n"));
         let st = NodeSpec {
             static_cpu_manager: Some("100m".into()),
             ..b

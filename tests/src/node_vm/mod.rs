@@ -253,6 +253,8 @@ impl NodeVm {
             ),
         )?;
         write(&k8s.join("kubelet.yaml"), &config::kubelet_config(&spec))?;
+        // The kubelet's staticPodPath, copied into the guest's /etc, empty.
+        std::fs::create_dir_all(share.join(config::STATIC_POD_PATH.trim_start_matches('/')))?;
         write(
             &share.join("etc/containerd/config.toml"),
             &config::containerd_config(&spec),

@@ -115,6 +115,13 @@ impl<'a> ScenarioBuilder<'a> {
             let mut cfg = self.sim.clone();
             cfg.node_name = format!("{}-n{i}", s.ns);
             cfg.cgroup_root = s.dir.path().join(format!("cg{i}"));
+            // Static pods go in the scenario's namespace unless their
+            // manifest names one (the kubelet's default is `default`).
+            for sp in &mut cfg.static_pods {
+                if sp.manifest["metadata"]["namespace"].is_null() {
+                    sp.manifest["metadata"]["namespace"] = s.ns.clone().into();
+                }
+            }
             let name = cfg.node_name.clone();
             let sim = SimKubelet::start(s.client.clone(), cfg)
                 .await
