@@ -672,13 +672,13 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
             );
             if let Some(b) = &baseline {
                 let (row, mut agent) =
-                    measure(cp, &mut node, &mut churn, b, "baseline", &fs, false, dir).await?;
+                    measure(cp, &mut node, &mut churn, b, "baseline", false, dir).await?;
                 agent.stop().await;
                 rows.push(row);
             }
             let profile = n == 250;
             let (row, mut agent) =
-                measure(cp, &mut node, &mut churn, bin, "this", &fs, profile, dir).await?;
+                measure(cp, &mut node, &mut churn, bin, "this", profile, dir).await?;
             rows.push(row);
             if profile && !kernel {
                 sim_stopped(node, &mut agent).await?;
@@ -800,10 +800,14 @@ async fn measure(
     churn: &mut Churn,
     bin: &Path,
     label: &str,
-    fs: &str,
     profile: bool,
     dir: &Path,
 ) -> anyhow::Result<(Row, AgentProcess)> {
+    let fs = if node.kernel.is_some() {
+        "cgroup2"
+    } else {
+        "tmpfs"
+    };
     let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
     let (sim, api) = (&node.sim, &node.api);
     // Default flags: tick 1 s, audit 30 s, reserve 100m.

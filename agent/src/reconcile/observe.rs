@@ -113,14 +113,32 @@ impl ScanState {
         self.index.is_none() || audit_due
     }
 
-    /// Running pods the index does not know: a light tick looks each up at
-    /// its own directory (`Scanner::rescan_finding`).
-    fn unseen(&self, views: &[PodView]) -> Vec<(String, Qos)> {
+    /// Running pods the index does not know: a light tick (not `full`)
+    /// looks each up at its own directory (`Scanner::rescan_finding`).
+    fn unseen(&self, views: &[PodView], full: bool) -> Vec<(String, Qos)> {
+        if full {
+            return Vec::new();
+        }
         views
             .iter()
             .filter(|v| v.is_running() && !self.index_uids.contains(&v.uid))
             .map(|v| (v.uid.to_string(), v.qos))
             .collect()
+    }
+
+    /// The index before the light read `cur`; after it, the index holds
+    /// the pods `cur` found and not those it saw vanish ([`cgroup::reindex`]).
+    fn reindex(&mut self, cur: &NodeSnapshot) -> Option<Arc<NodeSnapshot>> {
+        let older = self.index.clone();
+        let known = |u: &str| self.index_uids.contains(u);
+        if let Some(next) = older
+            .as_deref()
+            .and_then(|i| cgroup::reindex(i, cur, known))
+        {
+            self.index_uids = next.pods.iter().map(|p| p.uid.as_str().into()).collect();
+            self.index = Some(Arc::new(next));
+        }
+        older
     }
 
     /// The tick is done with `cur`: the next one measures against it. A
@@ -171,11 +189,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let t_scan = Instant::now();
         let views = self.views();
         let full = self.scan.wants_full(now, self.settings.audit_interval);
-        let unseen = if full {
-            Vec::new()
-        } else {
-            self.scan.unseen(&views)
-        };
+        let unseen = self.scan.unseen(&views, full);
         let opted = self.caches.opted_in_namespaces();
         let managed = contention::managed(
             &views,
@@ -209,16 +223,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             self.scan.index_uids = snap.pods.iter().map(|p| p.uid.as_str().into()).collect();
             self.scan.index.replace(Arc::new(snap.clone()))
         } else {
-            let older = self.scan.index.clone();
-            let known = |u: &str| self.scan.index_uids.contains(u);
-            if let Some(next) = older
-                .as_deref()
-                .and_then(|i| cgroup::reindex(i, &snap, known))
-            {
-                self.scan.index_uids = next.pods.iter().map(|p| p.uid.as_str().into()).collect();
-                self.scan.index = Some(Arc::new(next));
-            }
-            older
+            self.scan.reindex(&snap)
         };
         mark_roles(&mut snap.pods, &views);
         self.metrics

@@ -178,7 +178,7 @@ fn unmount_below(dir: &Path) {
         .filter_map(|l| l.split(' ').nth(4))
         .filter(|m| Path::new(m).starts_with(dir))
         .collect();
-    points.sort_unstable_by(|a, b| b.len().cmp(&a.len()));
+    points.sort_unstable_by_key(|m| std::cmp::Reverse(m.len()));
     for m in points {
         if let Ok(c) = cstr(Path::new(m)) {
             // SAFETY: as above.
