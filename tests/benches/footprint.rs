@@ -60,7 +60,74 @@ fn part_enabled(part: &str) -> bool {
         .any(|p| p.trim() == part)
 }
 
+/// Filesystems the footprint part measures on (`FOOTPRINT_FS`, default
+/// both): `tmpfs`, the simulated tree alone (every file open + read + close:
+/// handles cannot be kept on files replaced by rename), and `cgroup2`, the
+/// same tree with each cgroup's `cpu.stat` and `cpu.pressure` the kernel's
+/// (`KernelCounters`), so the agent keeps them open and re-reads them with
+/// `pread`, as on a node.
+fn filesystems() -> Vec<String> {
+    std::env::var("FOOTPRINT_FS")
+        .unwrap_or_else(|_| "tmpfs,cgroup2".into())
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .filter(|f| !f.is_empty())
+        .collect()
+}
+
+/// Where the bench makes its real cgroups: a cgroup2 mount it may write.
+const CGROUP2_BASES: [&str; 2] = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"];
+
+fn cgroup2_base() -> Option<PathBuf> {
+    CGROUP2_BASES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| headroom::cgroup::read::is_cgroup2(p))
+}
+
+/// Before any thread: a mount namespace of the bench's own (mounts private,
+/// so the bind mounts of `KernelCounters` never reach the host and go with
+/// the bench's processes, whatever ends them), and the cgroups of earlier
+/// benches that did not end cleanly removed.
+fn private_mounts() -> anyhow::Result<()> {
+    // SAFETY: no other thread runs yet; plain syscalls with static arguments.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            bail!("unshare(CLONE_NEWNS): {}", std::io::Error::last_os_error());
+        }
+        if libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            bail!("making / private: {}", std::io::Error::last_os_error());
+        }
+    }
+    if let Some(base) = cgroup2_base()
+        && let Ok(rd) = std::fs::read_dir(&base)
+    {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix("headroom-footprint-") else {
+                continue;
+            };
+            let pid = pid.split('-').next().unwrap_or("");
+            if !Path::new("/proc").join(pid).exists() {
+                println!("removing a stale bench cgroup tree: {}", e.path().display());
+                testkit::kubelet_sim::cgroup_writer::rmdir_tree(&e.path());
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
+    if part_enabled("footprint") && filesystems().iter().any(|f| f == "cgroup2") {
+        private_mounts()?;
+    }
     // The simulated cgroup trees (and the simulator's staging area beside
     // them: the same filesystem, so counters are replaced by rename without
     // an inotify event in the tree, as on cgroupfs) live in memory, as
@@ -288,6 +355,9 @@ struct MixNode {
     /// Time to create the pods, then until all were Running.
     created: Duration,
     up: Duration,
+    /// The kernel's counters in the tree (`cgroup2`); dropped last, after
+    /// the simulator: unmounts and removes the real cgroups.
+    kernel: Option<testkit::kubelet_sim::cgroup_writer::KernelCounters>,
 }
 
 async fn mix_node(cp: &ControlPlane, dir: &Path, name: &str) -> anyhow::Result<MixNode> {
@@ -313,11 +383,34 @@ async fn mix_node_of(
     name: &str,
     counts: &[(Kind, usize)],
 ) -> anyhow::Result<MixNode> {
+    mix_node_on(cp, dir, name, counts, false).await
+}
+
+/// [`mix_node_of`]; with `kernel`, on the kernel's counters (see
+/// [`filesystems`]).
+async fn mix_node_on(
+    cp: &ControlPlane,
+    dir: &Path,
+    name: &str,
+    counts: &[(Kind, usize)],
+    kernel: bool,
+) -> anyhow::Result<MixNode> {
     let client = cp.client().await;
     let ns = cp.namespace(name).await;
     opt_in(&client, &ns).await?;
     let node = format!("{ns}-node");
     let root = dir.join(format!("cg-{name}"));
+    let kernel = if kernel {
+        let base = cgroup2_base()
+            .context("no cgroup2 mount for FOOTPRINT_FS=cgroup2")?
+            .join(format!("headroom-footprint-{}-{name}", std::process::id()));
+        Some(
+            testkit::kubelet_sim::cgroup_writer::KernelCounters::new(&root, &base)
+                .with_context(|| format!("real cgroups under {}", base.display()))?,
+        )
+    } else {
+        None
+    };
     let mut cfg = SimConfig::new(&node, &root);
     cfg.allocatable_cpu_m = 16_000;
     cfg.allocatable_memory = "64Gi".into();
@@ -343,15 +436,24 @@ async fn mix_node_of(
         specs,
         created,
         up,
+        kernel,
     })
 }
 
 // ---------------------------------------------------------------- 1. footprint
 
-/// The floor: a thread doing only the syscalls of the agent's reads of one
-/// calm tick (`openat(O_NOFOLLOW|O_NONBLOCK)`, `fstat`, one `read`, `close`
-/// for kubepods' `cpu.stat` and `cpu.pressure` and each managed pod's
-/// `cpu.stat`), once a second, on its own CPU clock.
+/// The floor: a thread reading only the files of one calm tick (kubepods'
+/// `cpu.stat` and `cpu.pressure` and each managed pod's `cpu.stat`), once a
+/// second, on its own CPU clock, the cheapest way: each file kept open and
+/// re-read with one `pread` at offset 0 ([`FloorKind::Kept`]), or, as a
+/// reader of files replaced by rename must, `openat(O_NOFOLLOW|O_NONBLOCK)`,
+/// `fstat`, one `read`, `close` ([`FloorKind::Open`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FloorKind {
+    Kept,
+    Open,
+}
+
 struct Floor {
     files: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -359,9 +461,9 @@ struct Floor {
 }
 
 impl Floor {
-    fn start(files: Vec<PathBuf>) -> Floor {
+    fn start(files: Vec<PathBuf>, kind: FloorKind) -> Floor {
         use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
         use std::sync::atomic::Ordering;
         let files = std::sync::Arc::new(std::sync::Mutex::new(files));
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -371,18 +473,40 @@ impl Floor {
             let mut buf = [0u8; 4096];
             let (mut reads, mut ticks) = (0u64, 0u64);
             let mut next = Instant::now();
+            let open = |p: &Path| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(p)
+                    .ok()
+                    .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+            };
+            let mut kept: std::collections::HashMap<PathBuf, std::fs::File> =
+                std::collections::HashMap::new();
+            let mut list = Vec::new();
             while !st.load(Ordering::Relaxed) {
-                let list = f.lock().unwrap().clone();
+                {
+                    let cur = f.lock().unwrap();
+                    if *cur != list {
+                        list.clone_from(&cur);
+                        let live: std::collections::HashSet<&PathBuf> = list.iter().collect();
+                        kept.retain(|p, _| live.contains(p));
+                    }
+                }
                 for p in &list {
-                    let Ok(mut file) = std::fs::OpenOptions::new()
-                        .read(true)
-                        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                        .open(p)
-                    else {
+                    if kind == FloorKind::Open {
+                        if let Some(mut file) = open(p) {
+                            reads += u64::from(file.read(&mut buf).is_ok());
+                        }
                         continue;
-                    };
-                    if file.metadata().is_ok_and(|m| m.is_file()) {
-                        reads += u64::from(file.read(&mut buf).is_ok());
+                    }
+                    if !kept.contains_key(p)
+                        && let Some(file) = open(p)
+                    {
+                        kept.insert(p.clone(), file);
+                    }
+                    if let Some(file) = kept.get(p) {
+                        reads += u64::from(file.read_at(&mut buf, 0).is_ok());
                     }
                 }
                 ticks += 1;
@@ -496,9 +620,15 @@ struct Row {
     label: String,
     steady: Spread,
     churn: Spread,
+    fs: String,
+    /// Kept handles + `pread` (the floor the ratio is taken to).
     floor_steady_m: f64,
     floor_churn_m: f64,
+    /// open + fstat + read + close.
+    floor_open_steady_m: f64,
+    floor_open_churn_m: f64,
     floor_files: f64,
+    fds: usize,
     rss_steady_mib: f64,
     rss_churn_mib: f64,
     reads_per_tick: f64,
@@ -519,94 +649,116 @@ async fn footprint(cp: &ControlPlane, bin: &Path, dir: &Path) -> anyhow::Result<
     let baseline = std::env::var_os("FOOTPRINT_BASELINE").map(PathBuf::from);
     let mut rows = Vec::new();
     for n in counts {
-        let counts = scaled_mix(n);
-        let mut node = mix_node_of(cp, dir, &format!("fp{n}"), &counts).await?;
-        println!(
-            "\n== footprint: {n} pods {counts:?}, node 16 CPUs, sim tick 1 s; created in {:.1?}, \
-             all Running after {:.1?} more; cgroup tree: {} cpu.stat files, {} cpu.max files",
-            node.created,
-            node.up,
-            count_files(&node.root, "cpu.stat"),
-            count_files(&node.root, "cpu.max")
-        );
-        let mut churn = Churn::new(
-            node.api.clone(),
-            &node.ns,
-            &node.node,
-            &node.specs,
-            0x5eed_0028,
-        );
-        if let Some(b) = &baseline {
+        for fs in filesystems() {
+            let counts = scaled_mix(n);
+            let kernel = fs == "cgroup2";
+            let mut node =
+                mix_node_on(cp, dir, &format!("fp{n}{}", &fs[..3]), &counts, kernel).await?;
+            println!(
+                "\n== footprint on {fs}: {n} pods {counts:?}, node 16 CPUs, sim tick 1 s; created \
+                 in {:.1?}, all Running after {:.1?} more; cgroup tree: {} cpu.stat files, {} \
+                 cpu.max files",
+                node.created,
+                node.up,
+                count_files(&node.root, "cpu.stat"),
+                count_files(&node.root, "cpu.max")
+            );
+            let mut churn = Churn::new(
+                node.api.clone(),
+                &node.ns,
+                &node.node,
+                &node.specs,
+                0x5eed_0028,
+            );
+            if let Some(b) = &baseline {
+                let (row, mut agent) =
+                    measure(cp, &mut node, &mut churn, b, "baseline", false, dir).await?;
+                agent.stop().await;
+                rows.push(row);
+            }
+            let profile = n == 250;
             let (row, mut agent) =
-                measure(cp, &mut node, &mut churn, b, "baseline", false, dir).await?;
-            agent.stop().await;
+                measure(cp, &mut node, &mut churn, bin, "this", profile, dir).await?;
             rows.push(row);
+            if profile && !kernel {
+                sim_stopped(node, &mut agent).await?;
+            } else {
+                node.sim.stop().await;
+                drop(node.kernel);
+            }
+            agent.stop().await;
         }
-        let profile = n == 250;
-        let (row, mut agent) =
-            measure(cp, &mut node, &mut churn, bin, "this", profile, dir).await?;
-        rows.push(row);
-        if profile {
-            sim_stopped(node, &mut agent).await?;
-        } else {
-            node.sim.stop().await;
-        }
-        agent.stop().await;
     }
     println!(
         "\n== footprint summary (CPU: mean over the window (min–max of {}-s slices); floor: the \
-         same files' open+fstat+read+close once a second, its own thread CPU clock)",
+         same files once a second on its own thread CPU clock, kept open and re-read with pread \
+         (×floor is to it), and open+fstat+read+close (floor-o))",
         SLICE.as_secs()
     );
     println!(
-        "{:>5} {:>9} {:>22} {:>22} {:>8} {:>8} {:>7} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "{:>5} {:>8} {:>9} {:>22} {:>22} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>5}",
         "pods",
+        "fs",
         "agent",
         "steady",
         "churn",
         "floor",
         "floor-c",
+        "floor-o",
+        "fl-o-c",
         "×floor",
         "×fl-c",
         "files/t",
         "rd-sc/t",
         "RSS MiB",
         "RSS-c",
-        "scan ms"
+        "scan ms",
+        "fds",
+        ""
     );
     for r in &rows {
         println!(
-            "{:>5} {:>9} {:>22} {:>22} {:>8.2} {:>8.2} {:>7.2} {:>7.2} {:>8.0} {:>8.0} {:>8.1} {:>8.1} {:>7.2}",
+            "{:>5} {:>8} {:>9} {:>22} {:>22} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.0} {:>7.0} {:>7.1} {:>7.1} {:>7.2} {:>7} {:>5}",
             r.pods,
+            r.fs,
             r.label,
             r.steady.to_string(),
             r.churn.to_string(),
             r.floor_steady_m,
             r.floor_churn_m,
+            r.floor_open_steady_m,
+            r.floor_open_churn_m,
             r.steady.mean / r.floor_steady_m,
             r.churn.mean / r.floor_churn_m,
             r.floor_files,
             r.reads_per_tick,
             r.rss_steady_mib,
             r.rss_churn_mib,
-            r.scan_ms
+            r.scan_ms,
+            r.fds,
+            ""
         );
     }
-    let this: Vec<&Row> = rows.iter().filter(|r| r.label == "this").collect();
-    if let (Some(a), Some(b)) = (this.first(), this.last())
-        && b.pods > a.pods
-    {
-        let per = |f: &dyn Fn(&Row) -> f64| (f(b) - f(a)) / (b.pods - a.pods) as f64 * 100.0;
-        println!(
-            "slope ({} → {} pods), per 100 pods: steady {:+.2} m, churn {:+.2} m, floor {:+.2} m, \
-             RSS {:+.2} MiB",
-            a.pods,
-            b.pods,
-            per(&|r| r.steady.mean),
-            per(&|r| r.churn.mean),
-            per(&|r| r.floor_steady_m),
-            per(&|r| r.rss_steady_mib)
-        );
+    for fs in filesystems() {
+        let this: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.label == "this" && r.fs == fs)
+            .collect();
+        if let (Some(a), Some(b)) = (this.first(), this.last())
+            && b.pods > a.pods
+        {
+            let per = |f: &dyn Fn(&Row) -> f64| (f(b) - f(a)) / (b.pods - a.pods) as f64 * 100.0;
+            println!(
+                "slope on {fs} ({} → {} pods), per 100 pods: steady {:+.2} m, churn {:+.2} m, \
+                 floor {:+.2} m, RSS {:+.2} MiB",
+                a.pods,
+                b.pods,
+                per(&|r| r.steady.mean),
+                per(&|r| r.churn.mean),
+                per(&|r| r.floor_steady_m),
+                per(&|r| r.rss_steady_mib)
+            );
+        }
     }
     Ok(())
 }
@@ -651,6 +803,11 @@ async fn measure(
     profile: bool,
     dir: &Path,
 ) -> anyhow::Result<(Row, AgentProcess)> {
+    let fs = if node.kernel.is_some() {
+        "cgroup2"
+    } else {
+        "tmpfs"
+    };
     let window = Duration::from_secs(env_u64("FOOTPRINT_WINDOW_S", 60));
     let (sim, api) = (&node.sim, &node.api);
     // Default flags: tick 1 s, audit 30 s, reserve 100m.
@@ -659,7 +816,7 @@ async fn measure(
     let started = Instant::now();
     let first = proc_sample(pid)?;
     println!(
-        "-- {label} agent ({}): ready, RSS {:.1} MiB, threads {}",
+        "-- {label} agent on {fs} ({}): ready, RSS {:.1} MiB, threads {}",
         bin.display(),
         mib(first.rss_kib),
         first.threads
@@ -698,15 +855,19 @@ async fn measure(
     let files = floor_files(&node.root, api, &churn.live_managed()).await?;
     let nfiles = files.len();
     let m0 = parse_metrics(&agent.scrape().await?)?;
-    let floor = Floor::start(files);
+    let floor = Floor::start(files.clone(), FloorKind::Kept);
+    let floor_open = Floor::start(files, FloorKind::Open);
     let some0 = kubepods_some_us(&node.root);
     let (steady, rss_steady) = window_samples(pid, window).await?;
     let some1 = kubepods_some_us(&node.root);
     let (floor_cpu, floor_reads, floor_ticks) = floor.stop();
+    let (floor_open_cpu, _, _) = floor_open.stop();
+    let fds = open_fds(pid).unwrap_or(0);
     let m1 = parse_metrics(&agent.scrape().await?)?;
     let (a, b) = (steady[0], *steady.last().context("samples")?);
     let secs = (b.at - a.at).as_secs_f64();
     let floor_steady_m = floor_cpu.as_secs_f64() / secs * 1000.0;
+    let floor_open_steady_m = floor_open_cpu.as_secs_f64() / secs * 1000.0;
     let (user_m, kernel_m) = user_kernel_millicores(&a, &b);
     let reads_per_tick = (b.syscr - a.syscr) as f64 / secs;
     let (s0, c0) = histogram(&m0, "headroom_scan_duration_seconds");
@@ -716,8 +877,9 @@ async fn measure(
     println!(
         "steady {secs:.0} s: CPU {} (user {user_m:.2}, kernel {kernel_m:.2}), RSS peak {:.1} MiB, \
          VmHWM {:.1} MiB, threads {}, patches {}, {reads_per_tick:.0} read syscalls/tick, \
-         {:.0} KiB read/tick, scan mean {scan_ms:.2} ms; floor {floor_steady_m:.2} m \
-         ({nfiles} files, {floor_reads} reads in {floor_ticks} ticks)",
+         {:.0} KiB read/tick, scan mean {scan_ms:.2} ms, {fds} fds open; floor kept+pread \
+         {floor_steady_m:.2} m, open+read+close {floor_open_steady_m:.2} m ({nfiles} files, \
+         {floor_reads} reads in {floor_ticks} ticks)",
         spread_of(&steady),
         mib(rss_steady),
         mib(b.hwm_kib),
@@ -761,7 +923,9 @@ async fn measure(
 
     // Under churn (the soak's cadence), beside the floor (its list follows
     // the live managed pods).
-    let floor = Floor::start(floor_files(&node.root, api, &churn.live_managed()).await?);
+    let files = floor_files(&node.root, api, &churn.live_managed()).await?;
+    let floor = Floor::start(files.clone(), FloorKind::Kept);
+    let floor_open = Floor::start(files, FloorKind::Open);
     let g0 = generation_sum(api).await?;
     let a = proc_sample(pid)?;
     let mut samples = vec![a];
@@ -772,7 +936,9 @@ async fn measure(
     loop {
         steps.tick().await;
         churn.step(sim, SOAK_REPLACE, SOAK_RELOAD).await?;
-        *floor.files.lock().unwrap() = floor_files(&node.root, api, &churn.live_managed()).await?;
+        let files = floor_files(&node.root, api, &churn.live_managed()).await?;
+        floor_open.files.lock().unwrap().clone_from(&files);
+        *floor.files.lock().unwrap() = files;
         let b = proc_sample(pid)?;
         peak = peak.max(b.rss_kib);
         if b.at >= next {
@@ -787,6 +953,7 @@ async fn measure(
         }
     }
     let (floor_cpu, _, _) = floor.stop();
+    let (floor_open_cpu, _, _) = floor_open.stop();
     // Back to the mix's own demands, so the next agent on this node starts
     // from the same calm state (redrawn demands above the limits throttle
     // pods, and throttled tasks stall kubepods: the contention gate opens).
@@ -796,11 +963,13 @@ async fn measure(
     let b = *samples.last().context("samples")?;
     let csecs = (b.at - a.at).as_secs_f64();
     let floor_churn_m = floor_cpu.as_secs_f64() / csecs * 1000.0;
+    let floor_open_churn_m = floor_open_cpu.as_secs_f64() / csecs * 1000.0;
     let m2 = parse_metrics(&agent.scrape().await?)?;
     println!(
         "churn {csecs:.0} s (every {SOAK_STEP:?} {SOAK_REPLACE} pods replaced, {SOAK_RELOAD} \
          demands redrawn): CPU {}, RSS peak {:.1} MiB, patches {}, {:.0} read syscalls/tick; \
-         floor {floor_churn_m:.2} m; scan errors {}",
+         floor kept+pread {floor_churn_m:.2} m, open+read+close {floor_open_churn_m:.2} m; \
+         scan errors {}",
         spread_of(&samples),
         mib(peak),
         generation_sum(api).await? - g0,
@@ -811,11 +980,15 @@ async fn measure(
     let row = Row {
         pods: node.specs.len(),
         label: label.to_string(),
+        fs: fs.to_string(),
         steady: spread_of(&steady),
         churn: spread_of(&samples),
         floor_steady_m,
         floor_churn_m,
+        floor_open_steady_m,
+        floor_open_churn_m,
         floor_files: nfiles as f64,
+        fds,
         rss_steady_mib: mib(rss_steady),
         rss_churn_mib: mib(peak),
         reads_per_tick,

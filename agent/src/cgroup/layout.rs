@@ -250,11 +250,55 @@ pub fn pod_id(name: &str, driver: Driver) -> Option<CgroupPodId> {
         Driver::Cgroupfs => name,
     };
     let uid = raw.strip_prefix("pod")?;
-    let ok = !uid.is_empty()
-        && uid
-            .bytes()
-            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
-    ok.then(|| CgroupPodId::from(uid.replace('_', "-")))
+    is_pod_id(uid).then(|| CgroupPodId::from(uid.replace('_', "-")))
+}
+
+/// Whether `s` could be the pod id in a pod cgroup's name: letters,
+/// digits, `-` and `_` (systemd's escape of `-`), nothing that walks a path.
+pub fn is_pod_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
+/// Where the kubelet puts the cgroup of pod `uid` of class `qos`, relative
+/// to the root: the inverse of [`qos_dir`] and [`pod_uid`]. systemd:
+/// `<kubepods>/<stem>-burstable.slice/<stem>-burstable-pod<uid_>.slice`
+/// (`<stem>` is kubepods' own name without `.slice`; Guaranteed pods sit
+/// in kubepods itself); cgroupfs: `kubepods/burstable/pod<uid>`. Lets a new
+/// pod's cgroup be read without listing any directory.
+pub fn pod_dir(layout: &Layout, qos: Qos, id: &CgroupPodId) -> PathBuf {
+    let uid = id.as_str();
+    let part = match qos {
+        Qos::Guaranteed => None,
+        Qos::Burstable => Some("burstable"),
+        Qos::BestEffort => Some("besteffort"),
+    };
+    let mut p = layout.kubepods.clone();
+    match layout.driver {
+        Driver::Systemd => {
+            let kp = layout.kubepods.file_name().and_then(|n| n.to_str());
+            let stem = kp
+                .and_then(|n| n.strip_suffix(".slice"))
+                .unwrap_or("kubepods");
+            let escaped = uid.replace('-', "_");
+            match part {
+                Some(q) => {
+                    p.push(format!("{stem}-{q}.slice"));
+                    p.push(format!("{stem}-{q}-pod{escaped}.slice"));
+                }
+                None => p.push(format!("{stem}-pod{escaped}.slice")),
+            }
+        }
+        Driver::Cgroupfs => {
+            if let Some(q) = part {
+                p.push(q);
+            }
+            p.push(format!("pod{uid}"));
+        }
+    }
+    p
 }
 
 fn is_id(s: &str) -> bool {
@@ -293,6 +337,50 @@ mod tests {
     use std::fs;
 
     const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    /// `pod_dir` names what the scan's `qos_dir` and `pod_uid` read back.
+    #[test]
+    fn pod_dir_is_what_qos_dir_and_pod_uid_read() {
+        let uid = "1b2c3d4e-0000-4a4a-8b8b-0123456789ab";
+        for (driver, kp) in [
+            (Driver::Systemd, "kubepods.slice"),
+            (Driver::Systemd, "kubelet.slice/kubelet-kubepods.slice"),
+            (Driver::Cgroupfs, "kubepods"),
+        ] {
+            let layout = Layout {
+                driver,
+                kubepods: PathBuf::from(kp),
+            };
+            for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
+                let p = pod_dir(&layout, qos, &CgroupPodId::from(uid));
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap();
+                assert_eq!(
+                    pod_id(name, driver).as_ref().map(CgroupPodId::as_str),
+                    Some(uid),
+                    "{p:?}"
+                );
+                let parent = p.parent().unwrap();
+                if qos == Qos::Guaranteed {
+                    assert_eq!(parent, Path::new(kp), "{p:?}");
+                } else {
+                    assert_eq!(parent.parent().unwrap(), Path::new(kp), "{p:?}");
+                    let q = parent.file_name().and_then(|n| n.to_str()).unwrap();
+                    assert_eq!(qos_dir(q, driver), Some(qos), "{p:?}");
+                }
+            }
+        }
+        let kind = Layout {
+            driver: Driver::Systemd,
+            kubepods: PathBuf::from("kubelet.slice/kubelet-kubepods.slice"),
+        };
+        assert_eq!(
+            pod_dir(&kind, Qos::Burstable, &CgroupPodId::from(uid)),
+            Path::new(
+                "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-burstable.slice/\
+                 kubelet-kubepods-burstable-pod1b2c3d4e_0000_4a4a_8b8b_0123456789ab.slice"
+            )
+        );
+    }
 
     #[test]
     fn pod_id_undoes_systemd_escaping() {

@@ -29,5 +29,5 @@ pub mod scan;
 mod types;
 
 pub use layout::{LayoutError, discover};
-pub use scan::{Depth, ScanError, Scanner, mark_roles, rescan, scan};
+pub use scan::{Depth, ScanError, Scanner, mark_roles, reindex, rescan, scan};
 pub use types::*;

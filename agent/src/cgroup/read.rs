@@ -16,9 +16,12 @@
 //! [`Handles`] keeps the hot files open and re-reads them with `pread` at
 //! offset 0 (kernfs regenerates a seq_file read from offset 0), so a file
 //! read every tick costs one syscall instead of four (`openat`, `fstat`,
-//! `read`, `close`). Only on a real cgroup2 mount: anywhere else a file may
-//! be replaced by rename (the simulated kubelet and fixtures do), and an
-//! open handle would keep reading the old one.
+//! `read`, `close`). Only files on a real cgroup2 mount: anywhere else a
+//! file may be replaced by rename (the simulated kubelet and fixtures do),
+//! and an open handle would keep reading the old one. Under a root that is
+//! cgroupfs every file is; under any other root each file is asked once
+//! (`fstatfs` of its first open), so a kernel cgroup file bind-mounted into
+//! a tree on another filesystem (the footprint bench's) is kept open too.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -153,6 +156,11 @@ fn fill(
 #[derive(Debug, Default)]
 pub struct Handles {
     open: HashMap<PathBuf, (File, u32)>,
+    /// Under a root that is not cgroupfs: the files found (by `fstatfs`)
+    /// not to be on cgroup2, never kept, with their unused sweeps.
+    elsewhere: HashMap<PathBuf, u32>,
+    /// Whether only files on cgroup2 are kept (the root is not cgroupfs).
+    only_cgroup2: bool,
     cap: usize,
     /// Reads served by an open handle, and by open + read + close.
     pub kept_reads: u64,
@@ -178,18 +186,30 @@ impl Handles {
     }
 
     /// Keeps files open when `root` is a cgroup2 mount, up to half the
-    /// soft fd limit (at most 4096); else keeps none.
+    /// soft fd limit (at most 4096); else keeps only the files that are on
+    /// cgroup2 all the same (bind-mounted kernel files).
     pub fn for_root(root: &Path) -> Self {
         if is_cgroup2(root) {
             Self::keeping(fd_budget())
         } else {
-            Self::none()
+            Self::cgroup2_files(fd_budget())
         }
     }
 
-    /// Whether files are kept open at all.
+    /// Keeps up to `cap` files open, only those on cgroup2 (asked once per
+    /// path, by `fstatfs` of its first open).
+    pub fn cgroup2_files(cap: usize) -> Self {
+        Handles {
+            cap,
+            only_cgroup2: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether every file is kept open (the root is cgroupfs, or a bench
+    /// asked); [`Self::cgroup2_files`] keeps only some.
     pub fn keeps(&self) -> bool {
-        self.cap > 0
+        self.cap > 0 && !self.only_cgroup2
     }
 
     /// Files open now.
@@ -220,10 +240,17 @@ impl Handles {
                 }
             }
         }
+        if let Some(idle) = self.elsewhere.get_mut(path) {
+            *idle = 0;
+            self.opened_reads += 1;
+            return read_into(path, b);
+        }
         self.opened_reads += 1;
         let f = open(path)?;
         fill(b, |buf, off| f.read_at(buf, off))?;
-        if self.open.len() < self.cap {
+        if self.only_cgroup2 && !fd_is_cgroup2(&f) {
+            self.elsewhere.insert(path.to_path_buf(), 0);
+        } else if self.open.len() < self.cap {
             self.open.insert(path.to_path_buf(), (f, 0));
         }
         Ok(())
@@ -232,6 +259,7 @@ impl Handles {
     /// Closes the handle of `path`, if kept: its next read opens the path again.
     pub fn forget(&mut self, path: &Path) {
         self.open.remove(path);
+        self.elsewhere.remove(path);
     }
 
     /// Closes the handles unused for [`Self::IDLE_SWEEPS`] sweeps (call once a tick).
@@ -240,17 +268,28 @@ impl Handles {
             *idle += 1;
             *idle < Self::IDLE_SWEEPS
         });
+        self.elsewhere.retain(|_, idle| {
+            *idle += 1;
+            *idle < Self::IDLE_SWEEPS
+        });
     }
 
     /// Closes every handle.
     pub fn clear(&mut self) {
         self.open.clear();
+        self.elsewhere.clear();
     }
 }
 
 /// Whether `path` is on a cgroup2 filesystem.
 pub fn is_cgroup2(path: &Path) -> bool {
     nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
+}
+
+/// Whether the open file `f` is on a cgroup2 filesystem.
+fn fd_is_cgroup2(f: &File) -> bool {
+    nix::sys::statfs::fstatfs(f)
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
 }
 
@@ -505,6 +544,73 @@ mod tests {
             Err(ReadError::TooLarge)
         ));
         assert!(h.is_empty());
+    }
+
+    /// Under a root that is not cgroupfs, only a file on cgroup2 is kept
+    /// (here a kernel `cpu.stat` bind-mounted over a temp file; skipped
+    /// without a writable cgroup2 mount); the others are asked once and
+    /// read by open + read + close ever after.
+    #[test]
+    fn under_another_root_only_cgroup2_files_are_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let plain = t.path().join("cpu.max");
+        std::fs::write(&plain, "max 100000\n").unwrap();
+        let mut h = Handles::for_root(t.path());
+        assert!(!h.keeps());
+        let mut b = Buf::default();
+        for _ in 0..3 {
+            h.read_into(&plain, &mut b).unwrap();
+        }
+        assert_eq!((h.len(), h.opened_reads, h.kept_reads), (0, 3, 0));
+        std::fs::write(&plain, "50000 100000\n").unwrap();
+        h.read_into(&plain, &mut b).unwrap();
+        assert_eq!(
+            b.bytes(),
+            b"50000 100000\n",
+            "not kept: reads what is there now"
+        );
+        let Some(base) = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .iter()
+            .map(Path::new)
+            .find(|p| is_cgroup2(p))
+        else {
+            eprintln!("no cgroup2 mount: the bind-mounted half skipped");
+            return;
+        };
+        let cg = base.join(format!("headroom-read-bind-{}", std::process::id()));
+        if std::fs::create_dir(&cg).is_err() {
+            eprintln!(
+                "{} not writable: the bind-mounted half skipped",
+                base.display()
+            );
+            return;
+        }
+        let stat = t.path().join(file::CPU_STAT);
+        std::fs::write(&stat, "").unwrap();
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let (src, dst) = (c(&cg.join(file::CPU_STAT)), c(&stat));
+        // SAFETY: both paths are NUL-terminated and outlive the calls.
+        let bound = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            )
+        };
+        if bound == 0 {
+            h.read_into(&stat, &mut b).unwrap();
+            h.read_into(&stat, &mut b).unwrap();
+            assert!(b.bytes().starts_with(b"usage_usec "), "{:?}", b.bytes());
+            assert_eq!((h.len(), h.kept_reads), (1, 1));
+            h.clear();
+            // SAFETY: as above.
+            unsafe { libc::umount2(dst.as_ptr(), libc::MNT_DETACH) };
+        } else {
+            eprintln!("bind mount refused: the bind-mounted half skipped");
+        }
+        std::fs::remove_dir(&cg).unwrap();
     }
 
     /// On a real cgroup2 mount (skipped where there is none to write): a

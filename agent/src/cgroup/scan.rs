@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::file;
-use super::layout::{container_name, pod_id, qos_dir};
+use super::layout::{self, container_name, pod_dir, pod_id, qos_dir};
 use super::parse::{self, ParseError};
 use super::read::{self, Buf, Handles, ReadError};
 use super::types::{
@@ -167,6 +167,22 @@ impl Scanner {
         &mut self,
         index: &NodeSnapshot,
         at_us: u64,
+        depth: impl FnMut(&PodCgroup, &CgroupSample) -> Depth,
+    ) -> Result<NodeSnapshot, ScanError> {
+        self.rescan_finding(index, at_us, &[], depth)
+    }
+
+    /// [`rescan`], and the pods of `new` (uid, QoS class) that `index` does
+    /// not know, each looked up alone at the directory its class names
+    /// ([`pod_dir`]; the other classes' after it) and read in full: a new
+    /// pod costs a few files, not a scan of the tree. A pod whose directory
+    /// is not (yet) there is left out, nothing recorded. The snapshot's pods
+    /// stay in path order.
+    pub fn rescan_finding(
+        &mut self,
+        index: &NodeSnapshot,
+        at_us: u64,
+        new: &[(CgroupPodId, Qos)],
         mut depth: impl FnMut(&PodCgroup, &CgroupSample) -> Depth,
     ) -> Result<NodeSnapshot, ScanError> {
         let (node_usage_us, root_issues) = self.node_usage_us();
@@ -220,6 +236,31 @@ impl Scanner {
                 containers_unlisted: None,
             });
         }
+        let mut found = false;
+        for (id, qos) in new {
+            let (id, qos) = (id, *qos);
+            // An id from the API (a mirror pod's annotation names it) is
+            // only looked up where a pod cgroup's name could hold it: never
+            // a path of its own.
+            if !layout::is_pod_id(id.as_str()) {
+                continue;
+            }
+            let classes = [qos, Qos::Burstable, Qos::BestEffort, Qos::Guaranteed];
+            for (i, &q) in classes.iter().enumerate() {
+                if i > 0 && q == qos {
+                    continue;
+                }
+                r.at(&pod_dir(&index.layout, q, id));
+                if r.path.is_dir() {
+                    pods.push(r.pod(id.clone(), q));
+                    found = true;
+                    break;
+                }
+            }
+        }
+        if found {
+            pods.sort_by(|a, b| a.path.cmp(&b.path));
+        }
         let issues = r.issues;
         self.handles.sweep();
         Ok(NodeSnapshot {
@@ -232,6 +273,41 @@ impl Scanner {
             issues,
         })
     }
+}
+
+/// The index after a light read `cur` of it: the pods `cur` found that the
+/// index did not know ([`Scanner::rescan_finding`]; `known` says which it
+/// knows) added, the pods whose cgroup `cur` saw vanish dropped, in path
+/// order; `None` when neither happened (most ticks: nothing allocated).
+/// The index keeps its time, so a found pod's counters in it are younger
+/// than `at_us` says: a pod first read while it is not managed and
+/// measured later against the index (`node_slack::measure_with`) reads a
+/// usage averaged over a longer interval than it ran, once.
+pub fn reindex(
+    index: &NodeSnapshot,
+    cur: &NodeSnapshot,
+    known: impl Fn(&CgroupPodId) -> bool,
+) -> Option<NodeSnapshot> {
+    let vanished = |p: &PodCgroup| matches!(p.sample, Err(CgroupError::Vanished(_)));
+    if !cur.pods.iter().any(|p| vanished(p) || !known(&p.id)) {
+        return None;
+    }
+    let gone: Vec<&CgroupPodId> = cur
+        .pods
+        .iter()
+        .filter(|p| vanished(p))
+        .map(|p| &p.id)
+        .collect();
+    let mut next = index.clone();
+    next.pods.retain(|p| !gone.contains(&&p.id));
+    next.pods.extend(
+        cur.pods
+            .iter()
+            .filter(|p| !known(&p.id) && !vanished(p))
+            .cloned(),
+    );
+    next.pods.sort_by(|a, b| a.path.cmp(&b.path));
+    Some(next)
 }
 
 /// Sets each container's role from the ids the pod's status lists: listed →
@@ -639,6 +715,72 @@ mod tests {
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    /// A pod made after the index is found at its own directory (its QoS
+    /// class's first, another class's if the view's was wrong), read in
+    /// full, without listing any directory; one whose directory is not
+    /// there yet is left out with nothing recorded. `reindex` then adds the
+    /// found pod, and drops one whose cgroup the light read saw vanish.
+    #[test]
+    fn a_new_pod_is_found_alone_and_a_vanished_one_leaves_the_index() {
+        let (t, layout) = tree();
+        let index = scan(t.path(), &layout, 0).unwrap();
+        let bu = t.path().join("kubepods.slice/kubepods-burstable.slice");
+        let new = bu.join("kubepods-burstable-pod55555555_6666.slice");
+        cg(&new, "20000 100000\n");
+        cg(
+            &new.join(format!("cri-containerd-{A}.scope")),
+            "20000 100000\n",
+        );
+        let mut sc = Scanner::new(t.path(), Handles::none());
+        let want = [
+            ("55555555-6666".into(), Qos::Guaranteed),
+            ("77777777-8888".into(), Qos::Burstable),
+            // Not a pod id: never looked up as a path.
+            ("../../..".into(), Qos::Burstable),
+        ];
+        let light = sc
+            .rescan_finding(&index, 5, &want, |_, _| Depth::Skip)
+            .unwrap();
+        assert_eq!(light.pods.len(), 1, "{:?}", light.pods);
+        let p = &light.pods[0];
+        assert_eq!((p.id.as_str(), p.qos), ("55555555-6666", Qos::Burstable));
+        assert_eq!(
+            p.sample.as_ref().unwrap().cpu_max.quota_us,
+            Some(20000),
+            "read in full"
+        );
+        assert_eq!(p.containers.len(), 1);
+        assert!(light.issues.is_empty(), "{:?}", light.issues);
+        let known = |u: &CgroupPodId| index.pods.iter().any(|p| &p.id == u);
+        let next = reindex(&index, &light, known).expect("a pod found");
+        assert_eq!(next.pods.len(), index.pods.len() + 1);
+        assert!(next.pods.windows(2).all(|w| w[0].path < w[1].path));
+        assert_eq!(next.at_us, index.at_us, "the index keeps its time");
+        // The new pod's cgroup goes: a light read sees it vanish.
+        fs::remove_dir_all(&new).unwrap();
+        let gone = sc
+            .rescan(&next, 6, |p, _| {
+                if p.id.as_str() == "55555555-6666" {
+                    Depth::Stat
+                } else {
+                    Depth::Skip
+                }
+            })
+            .unwrap();
+        assert!(matches!(gone.pods[0].sample, Err(CgroupError::Vanished(_))));
+        assert!(
+            gone.issues.is_empty(),
+            "churn, not trouble: {:?}",
+            gone.issues
+        );
+        let known = |u: &CgroupPodId| next.pods.iter().any(|p| &p.id == u);
+        let after = reindex(&next, &gone, known).expect("a pod gone");
+        assert_eq!(after.pods, index.pods);
+        let known = |u: &CgroupPodId| after.pods.iter().any(|p| &p.id == u);
+        let calm = sc.rescan(&after, 7, |_, _| Depth::Stat).unwrap();
+        assert!(reindex(&after, &calm, known).is_none(), "nothing changed");
+    }
 
     fn cg(dir: &Path, max: &str) {
         fs::create_dir_all(dir).unwrap();

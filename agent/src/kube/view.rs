@@ -2,7 +2,8 @@
 //! data the other layers use. Quantities become integers, sidecars join the
 //! app containers, resize conditions and `managedFields` are summarised.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -371,6 +372,71 @@ fn container_state(s: &ContainerStatus) -> Result<ContainerState, ViewError> {
     })
 }
 
+/// This node's pods as [`PodView`]s, kept from tick to tick. While the
+/// watch cache holds the same object for every pod of the node (no event
+/// changed one: a new `resourceVersion` always comes as a new object) and
+/// none came or went, the same list is handed out again: nothing read,
+/// nothing allocated. When one did, the list is made anew, with the
+/// unchanged pods' views copied and only the changed ones read from their
+/// `Pod` (a view is a function of the object). A relist replaces every
+/// object, so the list is read whole once after one.
+#[derive(Debug, Default)]
+pub struct Views {
+    list: Arc<Vec<PodView>>,
+    /// uid → the object read (kept, so its identity stays its own), and the
+    /// view's place in `list` (`None`: not readable as a view).
+    /// By the Pod object's `metadata.uid` as the API has it (looked up
+    /// without a copy each tick; no [`Uid`] exists before the view).
+    seen: HashMap<String, (Arc<Pod>, Option<usize>)>,
+}
+
+impl Views {
+    /// The views of the pods of `pods` on `node`, in their order. Each pod
+    /// of the node that cannot be read is passed to `unreadable` when the
+    /// list is made anew; a list handed out again has the same unreadable
+    /// pods as last time.
+    pub fn refresh(
+        &mut self,
+        pods: &[Arc<Pod>],
+        node: &str,
+        mut unreadable: impl FnMut(&Pod, &ViewError),
+    ) -> Arc<Vec<PodView>> {
+        let on_node =
+            |p: &&Arc<Pod>| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
+        let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+        let mut n = 0;
+        let same = pods.iter().filter(on_node).all(|p| {
+            n += 1;
+            let uid = p.metadata.uid.as_deref().unwrap_or("");
+            self.seen.get(uid).is_some_and(|(o, _)| Arc::ptr_eq(o, p))
+        }) && n == self.seen.len();
+        if same {
+            return Arc::clone(&self.list);
+        }
+        let old = std::mem::take(&mut self.seen);
+        let mut list = Vec::with_capacity(n);
+        for p in pods.iter().filter(on_node) {
+            let view = match old.get(p.metadata.uid.as_deref().unwrap_or("")) {
+                Some((o, Some(i))) if Arc::ptr_eq(o, p) => Ok(self.list[*i].clone()),
+                _ => PodView::try_from(p.as_ref()),
+            };
+            let at = match view {
+                Ok(v) => {
+                    list.push(v);
+                    Some(list.len() - 1)
+                }
+                Err(e) => {
+                    unreadable(p, &e);
+                    None
+                }
+            };
+            self.seen.insert(uid(p), (Arc::clone(p), at));
+        }
+        self.list = Arc::new(list);
+        Arc::clone(&self.list)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -399,6 +465,68 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).expect("pod json")
+    }
+
+    fn on_node(name: &str, uid: &str, rv: &str, node: &str) -> Arc<Pod> {
+        Arc::new(pod(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": rv},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                "requests": {"cpu": "100m"}, "limits": {"cpu": "500m"}}}]},
+            "status": {"phase": "Running"}
+        })))
+    }
+
+    /// Unchanged pods: the same list again (nothing read or allocated). A
+    /// pod the cache holds a new object of is read again, the others' views
+    /// kept;
+    /// a pod gone leaves the list; another node's pod never enters it; an
+    /// unreadable pod is reported when the list is made.
+    #[test]
+    fn views_are_reused_while_the_cache_holds_the_same_objects() {
+        let mut v = Views::default();
+        let mut pods = vec![
+            on_node("a", "u-a", "1", "n1"),
+            on_node("b", "u-b", "1", "n1"),
+            on_node("x", "u-x", "1", "n2"),
+        ];
+        let none = |_: &Pod, e: &ViewError| panic!("unexpected unreadable pod: {e}");
+        let first = v.refresh(&pods, "n1", none);
+        assert_eq!(
+            first.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let again = v.refresh(&pods, "n1", none);
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "nothing changed: the same list"
+        );
+        let mut b2 = (*on_node("b", "u-b", "2", "n1")).clone();
+        b2.metadata.labels = Some([("k".to_string(), "v".to_string())].into());
+        pods[1] = Arc::new(b2);
+        let changed = v.refresh(&pods, "n1", none);
+        assert!(!Arc::ptr_eq(&first, &changed));
+        assert_eq!(changed[0], first[0]);
+        assert_eq!(changed[1].resource_version.as_deref(), Some("2"));
+        pods.remove(0);
+        let gone = v.refresh(&pods, "n1", none);
+        assert_eq!(
+            gone.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            ["b"]
+        );
+        let mut bad = (*on_node("c", "u-c", "1", "n1")).clone();
+        bad.spec.as_mut().unwrap().containers[0].resources =
+            Some(serde_json::from_value(serde_json::json!({"limits": {"cpu": "lots"}})).unwrap());
+        pods.push(Arc::new(bad));
+        let mut seen = Vec::new();
+        let with_bad = v.refresh(&pods, "n1", |p, _| seen.push(p.metadata.name.clone()));
+        assert_eq!(seen, [Some("c".to_string())]);
+        assert_eq!(with_bad.len(), 1);
+        let mut again = 0;
+        let still = v.refresh(&pods, "n1", |_, _| again += 1);
+        assert!(
+            Arc::ptr_eq(&with_bad, &still) && again == 0,
+            "unchanged: not read again"
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::Agent;
 use crate::cgroup::read::Handles;
-use crate::cgroup::{CgroupError, Depth, NodeSnapshot, ScanError, Scanner};
+use crate::cgroup::{self, CgroupError, Depth, NodeSnapshot, ScanError, Scanner};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
 use crate::metrics::ScanErrorKind;
@@ -20,10 +20,6 @@ use crate::signal::usage::{CapacityInputs, NodeUsage, UsageBasis};
 use crate::signal::{self, Signal};
 
 use super::round::Owed;
-
-/// Minimum time between full scans triggered by a pod whose cgroup is not
-/// known yet (a Running pod without a cgroup must not force one every tick).
-const NEW_POD_RESCAN: Duration = Duration::from_secs(2);
 
 /// Least time a cgroup scan may take before its tick counts as failed
 /// (the tick period, if longer). A scan is milliseconds; this is a hang.
@@ -77,11 +73,14 @@ pub(super) struct ScanState {
     /// Issues logged at warn level last time, so a standing problem is not
     /// logged every tick.
     logged_issues: Vec<String>,
-    last_full: Option<Duration>,
     last_audit: Option<Duration>,
     pub audit_requested: bool,
     /// Pods that could not be read as a PodView: uid → resourceVersion logged.
     pub unreadable: HashMap<Uid, String>,
+    /// This node's pods as views, kept from tick to tick, and the list
+    /// `unreadable` goes with.
+    views: crate::kube::view::Views,
+    views_last: Arc<Vec<PodView>>,
     /// Reads the tree (its buffer and open handles kept across ticks);
     /// shared with the scan task on the blocking pool.
     scanner: Option<Arc<Mutex<Scanner>>>,
@@ -99,23 +98,50 @@ impl ScanState {
             stuck: None,
             last_tick_ok: true,
             logged_issues: Vec::new(),
-            last_full: None,
             last_audit: None,
             audit_requested: true,
             unreadable: HashMap::new(),
+            views: crate::kube::view::Views::default(),
+            views_last: Arc::default(),
             scanner: None,
         }
     }
 
-    /// Whether this tick reads every pod's files: on the audit interval, on
-    /// request (inotify) and for Running pods the index does not know yet.
-    fn wants_full(&self, views: &[PodView], now: Duration, audit_interval: Duration) -> bool {
+    /// Whether this tick reads every pod's files: on the audit interval and
+    /// on request (inotify). A Running pod the index does not know yet is
+    /// looked up alone ([`Self::unseen`]), not by a full scan.
+    fn wants_full(&self, now: Duration, audit_interval: Duration) -> bool {
         let since = |t: Option<Duration>, d: Duration| t.is_none_or(|t| now.saturating_sub(t) >= d);
         let audit_due = self.audit_requested || since(self.last_audit, audit_interval);
-        let unseen = views
+        self.index.is_none() || audit_due
+    }
+
+    /// Running pods the index does not know: a light tick (not `full`)
+    /// looks each up at its own directory (`Scanner::rescan_finding`).
+    fn unseen(&self, views: &[PodView], full: bool) -> Vec<(CgroupPodId, Qos)> {
+        if full {
+            return Vec::new();
+        }
+        views
             .iter()
-            .any(|v| v.is_running() && !self.index_ids.contains(&v.cgroup_id));
-        self.index.is_none() || audit_due || (unseen && since(self.last_full, NEW_POD_RESCAN))
+            .filter(|v| v.is_running() && !self.index_ids.contains(&v.cgroup_id))
+            .map(|v| (v.cgroup_id.clone(), v.qos))
+            .collect()
+    }
+
+    /// The index before the light read `cur`; after it, the index holds
+    /// the pods `cur` found and not those it saw vanish ([`cgroup::reindex`]).
+    fn reindex(&mut self, cur: &NodeSnapshot) -> Option<Arc<NodeSnapshot>> {
+        let older = self.index.clone();
+        let known = |id: &CgroupPodId| self.index_ids.contains(id);
+        if let Some(next) = older
+            .as_deref()
+            .and_then(|i| cgroup::reindex(i, cur, known))
+        {
+            self.index_ids = next.pods.iter().map(|p| p.id.clone()).collect();
+            self.index = Some(Arc::new(next));
+        }
+        older
     }
 
     /// The tick is done with `cur`: the next one measures against it. A
@@ -145,7 +171,7 @@ enum Want {
 
 /// One tick's observations.
 pub(super) struct Observation {
-    pub views: Vec<PodView>,
+    pub views: Arc<Vec<PodView>>,
     /// Each view's eligibility this tick, asked once ([`Eligibility::of`]).
     pub eligible: Eligibility,
     pub cur: NodeSnapshot,
@@ -167,9 +193,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     pub(super) async fn observe(&mut self, now: Duration) -> Option<Observation> {
         let t_scan = Instant::now();
         let views = self.views();
-        let full = self
-            .scan
-            .wants_full(&views, now, self.settings.audit_interval);
+        let full = self.scan.wants_full(now, self.settings.audit_interval);
         let opted = self.caches.opted_in_namespaces();
         let eligible = Eligibility::of(
             &views,
@@ -273,7 +297,13 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .map(|v| &v.cgroup_id)
             .collect();
         let snap = match self
-            .read_tree(full, now.as_micros() as u64, &every_tick, &resizing)
+            .read_tree(
+                full,
+                now.as_micros() as u64,
+                &every_tick,
+                &resizing,
+                self.scan.unseen(views, full),
+            )
             .await
         {
             Ok(s) => s,
@@ -289,11 +319,10 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         // The last full scan before this tick: the usage of a pod the
         // previous tick did not read is measured since then.
         let older = if full {
-            self.scan.last_full = Some(now);
             self.scan.index_ids = snap.pods.iter().map(|p| p.id.clone()).collect();
             self.scan.index.replace(Arc::new(snap.clone()))
         } else {
-            self.scan.index.clone()
+            self.scan.reindex(&snap)
         };
         Some((snap, older))
     }
@@ -339,6 +368,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         at_us: u64,
         managed: &HashSet<&CgroupPodId>,
         resizing: &HashSet<&CgroupPodId>,
+        unseen: Vec<(CgroupPodId, Qos)>,
     ) -> Result<NodeSnapshot, TickError> {
         let deadline = self.settings.tick.max(MIN_SCAN_DEADLINE);
         if let Some(h) = &self.scan.stuck {
@@ -369,12 +399,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             match index {
                 Some(index) => {
                     let mut plan = plan.into_iter();
-                    scanner.rescan(&index, at_us, |_, kubepods| match plan.next() {
-                        Some(Want::Full) => Depth::Full,
-                        Some(Want::Nothing) | None => Depth::Skip,
-                        Some(_) if gate.open(kubepods, at_us) => Depth::StatPressure,
-                        Some(Want::Usage) => Depth::Stat,
-                        Some(Want::WhenStalled) => Depth::Skip,
+                    scanner.rescan_finding(&index, at_us, &unseen, |_, kubepods| {
+                        match plan.next() {
+                            Some(Want::Full) => Depth::Full,
+                            Some(Want::Nothing) | None => Depth::Skip,
+                            Some(_) if gate.open(kubepods, at_us) => Depth::StatPressure,
+                            Some(Want::Usage) => Depth::Stat,
+                            Some(Want::WhenStalled) => Depth::Skip,
+                        }
                     })
                 }
                 None => scanner.scan(&layout, at_us),
@@ -448,34 +480,33 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
     }
 
-    /// Pods of this node as views; pods that cannot be read are skipped
-    /// and logged (never fatal).
-    fn views(&mut self) -> Vec<PodView> {
-        let mut out = Vec::new();
+    /// Pods of this node as views (kept from tick to tick: a pod is read
+    /// again only when its resourceVersion changed); pods that cannot be
+    /// read are skipped and logged (never fatal).
+    fn views(&mut self) -> Arc<Vec<PodView>> {
         let mut unreadable = HashMap::new();
-        for p in self.caches.pods() {
-            // The field selector already scopes the watch; this guards the
-            // invariant that no other node's pod is ever considered.
-            if p.spec.as_ref().and_then(|s| s.node_name.as_deref())
-                != Some(self.settings.node_name.as_str())
-            {
-                continue;
-            }
-            match PodView::try_from(p.as_ref()) {
-                Ok(v) => out.push(v),
-                Err(e) => {
-                    // Logged once per version of the pod, counted every tick.
-                    let uid = Uid::from(p.metadata.uid.clone().unwrap_or_default());
-                    let rv = p.metadata.resource_version.clone().unwrap_or_default();
-                    if self.scan.unreadable.get(&uid) != Some(&rv) {
-                        tracing::warn!(pod = ?p.metadata.name, error = %e, "skipping unreadable pod");
-                    }
-                    unreadable.insert(uid, rv);
+        let known = &self.scan.unreadable;
+        // The field selector already scopes the watch; the node filter
+        // guards the invariant that no other node's pod is ever considered.
+        let views = self.scan.views.refresh(
+            &self.caches.pods(),
+            &self.settings.node_name,
+            |p, e| {
+                // Logged once per version of the pod, counted every tick.
+                let uid = Uid::from(p.metadata.uid.clone().unwrap_or_default());
+                let rv = p.metadata.resource_version.clone().unwrap_or_default();
+                if known.get(&uid) != Some(&rv) {
+                    tracing::warn!(pod = ?p.metadata.name, error = %e, "skipping unreadable pod");
                 }
-            }
+                unreadable.insert(uid, rv);
+            },
+        );
+        // A list handed out again has last time's unreadable pods.
+        if !Arc::ptr_eq(&views, &self.scan.views_last) {
+            self.scan.unreadable = unreadable;
+            self.scan.views_last = Arc::clone(&views);
         }
-        self.scan.unreadable = unreadable;
-        out
+        views
     }
 }
 

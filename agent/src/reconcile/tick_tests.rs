@@ -901,3 +901,70 @@ async fn a_pod_that_leaves_leaves_nothing_behind() {
         "its cgroup is not read any more"
     );
 }
+
+/// Pod `ns/other` (not opted in, so never resized) with uid `uid`.
+fn other_pod(uid: &str) -> Pod {
+    let mut p = pod(1, 200, 1);
+    p.metadata.name = Some("other".into());
+    p.metadata.uid = Some(uid.into());
+    p.metadata.annotations = None;
+    p
+}
+
+/// Churn without full scans (issue 40): a pod that starts after the last
+/// full scan is read at its own directory on the next tick and joins the
+/// index, which keeps its time (no full scan); once its cgroup is gone and
+/// a tick reads it as vanished, it leaves the index, again without one, and
+/// no scan error is counted.
+#[tokio::test]
+async fn a_new_pod_joins_the_index_without_a_full_scan_and_a_gone_one_leaves() {
+    const OTHER: &str = "6a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d";
+    let mut h = Harness::raised().await;
+    let at = h.agent.scan.index.as_ref().expect("index").at_us;
+    let dir = h.kubepods.join("kubepods-burstable.slice").join(format!(
+        "kubepods-burstable-pod{}.slice",
+        OTHER.replace('-', "_")
+    ));
+    cgroup(&dir, "max 100000");
+    h.pods
+        .apply_watcher_event(&watcher::Event::Apply(other_pod(OTHER)));
+    h.tick().await;
+    let index = h.agent.scan.index.clone().expect("index");
+    assert_eq!(index.at_us, at, "no full scan");
+    assert!(
+        index.pods.iter().any(|p| p.id.as_str() == OTHER),
+        "{:?}",
+        index.pods
+    );
+    assert!(
+        h.agent
+            .scan
+            .prev
+            .as_ref()
+            .unwrap()
+            .pods
+            .iter()
+            .any(|p| p.id.as_str() == OTHER)
+    );
+    h.tick().await;
+    assert_eq!(h.agent.scan.index.as_ref().unwrap().at_us, at);
+
+    // Its cgroup goes; the kubepods stall opens the gate, so the tick reads
+    // every pod's counters and sees it vanish.
+    std::fs::remove_dir_all(&dir).unwrap();
+    write(
+        &h.kubepods,
+        "cpu.pressure",
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=900000\n\
+         full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+    );
+    h.tick().await;
+    let index = h.agent.scan.index.clone().expect("index");
+    assert_eq!(index.at_us, at, "no full scan");
+    assert!(
+        index.pods.iter().all(|p| p.id.as_str() != OTHER),
+        "{:?}",
+        index.pods
+    );
+    assert_eq!(h.metric("headroom_scan_errors_total", &[]), 0.0);
+}
