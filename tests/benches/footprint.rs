@@ -299,6 +299,30 @@ async fn perf_profile(pid: u32, dir: &Path) {
     }
 }
 
+/// `strace -c -f` of the agent for 10 s, printed (`what`: the window).
+async fn strace_c(pid: u32, what: &str) {
+    let out = tokio::process::Command::new("timeout")
+        .args([
+            "-s",
+            "INT",
+            "10",
+            "strace",
+            "-c",
+            "-f",
+            "-p",
+            &pid.to_string(),
+        ])
+        .output()
+        .await;
+    match out {
+        Ok(o) => println!(
+            "strace -c -f -p <agent> for 10 s ({what}):\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => println!("strace not run: {e}"),
+    }
+}
+
 /// `millicores` split into user and kernel time.
 fn user_kernel_millicores(a: &ProcSample, b: &ProcSample) -> (f64, f64) {
     let per_s = |t: u64| t as f64 / procfs::ticks_per_second() as f64 / (b.at - a.at).as_secs_f64();
@@ -898,26 +922,7 @@ async fn measure(
     );
 
     if profile {
-        let out = tokio::process::Command::new("timeout")
-            .args([
-                "-s",
-                "INT",
-                "10",
-                "strace",
-                "-c",
-                "-f",
-                "-p",
-                &pid.to_string(),
-            ])
-            .output()
-            .await;
-        match out {
-            Ok(o) => println!(
-                "strace -c -f -p <agent> for 10 s (steady, sim writing every 1 s):\n{}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => println!("strace not run: {e}"),
-        }
+        strace_c(pid, "steady, sim writing every 1 s").await;
         perf_profile(pid, dir).await;
     }
 
@@ -931,6 +936,15 @@ async fn measure(
     let mut samples = vec![a];
     let mut peak = a.rss_kib;
     let mut next = a.at + SLICE;
+    // Where churn's CPU goes (at the profiled pod count): the same
+    // `strace -c` and `perf` as the steady window's, taken while it churns.
+    let churn_profile = profile.then(|| {
+        let dir = dir.to_path_buf();
+        tokio::spawn(async move {
+            strace_c(pid, "under churn").await;
+            perf_profile(pid, &dir).await;
+        })
+    });
     let mut steps = tokio::time::interval(SOAK_STEP);
     steps.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -954,6 +968,9 @@ async fn measure(
     }
     let (floor_cpu, _, _) = floor.stop();
     let (floor_open_cpu, _, _) = floor_open.stop();
+    if let Some(p) = churn_profile {
+        let _ = p.await;
+    }
     // Back to the mix's own demands, so the next agent on this node starts
     // from the same calm state (redrawn demands above the limits throttle
     // pods, and throttled tasks stall kubepods: the contention gate opens).
@@ -965,9 +982,10 @@ async fn measure(
     let floor_churn_m = floor_cpu.as_secs_f64() / csecs * 1000.0;
     let floor_open_churn_m = floor_open_cpu.as_secs_f64() / csecs * 1000.0;
     let m2 = parse_metrics(&agent.scrape().await?)?;
+    let (cuser_m, ckernel_m) = user_kernel_millicores(&a, &b);
     println!(
         "churn {csecs:.0} s (every {SOAK_STEP:?} {SOAK_REPLACE} pods replaced, {SOAK_RELOAD} \
-         demands redrawn): CPU {}, RSS peak {:.1} MiB, patches {}, {:.0} read syscalls/tick; \
+         demands redrawn): CPU {} (user {cuser_m:.2}, kernel {ckernel_m:.2}), RSS peak {:.1} MiB, patches {}, {:.0} read syscalls/tick; \
          floor kept+pread {floor_churn_m:.2} m, open+read+close {floor_open_churn_m:.2} m; \
          scan errors {}",
         spread_of(&samples),
