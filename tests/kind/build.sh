@@ -223,6 +223,7 @@ if [ ! -f "$baked/.done" ]; then
     [ $s -eq 0 ] || rm -rf "$baked"
   }
   trap bake_cleanup EXIT
+  trap 'exit 143' TERM INT   # so that a kill runs bake_cleanup too
   log "booting the VM to build $node_image (emulated: minutes)"
   vm_start "file=$baked/disk.qcow2,if=virtio,format=qcow2" "$vm/vmlinuz" "$vm/initrd.img"
   vm_wait_docker 600
