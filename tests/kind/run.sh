@@ -8,6 +8,13 @@
 # available. Needs kind, kubectl, docker.
 #
 #   tests/kind/run.sh            # HEADROOM_KIND_KEEP=1 keeps the cluster
+#
+# Where no registry is reachable (tests/kind/local.sh sets these):
+#   HEADROOM_KIND_CONFIG    a kind config instead of kind-config.yaml (e.g. the
+#                           same nodes on a locally built node image)
+#   HEADROOM_AGENT_ARCHIVE  a Docker archive of $image (scripts/build-image.sh),
+#                           `docker load`ed instead of `docker build`
+#   HEADROOM_KIND_WAIT      kind's --wait (180s)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,10 +40,16 @@ trap cleanup EXIT
 log() { printf '== %s\n' "$*"; }
 
 log "creating cluster $cluster"
-kind create cluster --name "$cluster" --config "$here/kind-config.yaml" --wait 180s \
+kind create cluster --name "$cluster" --config "${HEADROOM_KIND_CONFIG:-$here/kind-config.yaml}" \
+  --wait "${HEADROOM_KIND_WAIT:-180s}" \
   --kubeconfig "$work/kubeconfig"
-log "building $image"
-docker build -t "$image" "$repo"
+if [ -n "${HEADROOM_AGENT_ARCHIVE:-}" ]; then
+  log "loading $image from $HEADROOM_AGENT_ARCHIVE"
+  docker load -i "$HEADROOM_AGENT_ARCHIVE"
+else
+  log "building $image"
+  docker build -t "$image" "$repo"
+fi
 docker tag "$image" "$next"
 kind load docker-image "$image" "$next" --name "$cluster"
 
