@@ -16,3 +16,14 @@ apt_install() {
     || { as_root apt-get -o DPkg::Lock::Timeout=900 update -q >/dev/null \
          && as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "$@" >/dev/null; }
 }
+
+# apt_mirror: the Debian mirror this machine's apt sources name (deb822 or
+# one-line sources), for debootstrap; deb.debian.org when none is named.
+apt_mirror() {
+  local m
+  m=$(grep -hoE '^URIs: *\S+' /etc/apt/sources.list.d/*.sources 2>/dev/null \
+        | awk '{print $2}' | grep -v security | head -n1 || true)
+  [ -n "$m" ] || m=$(grep -hoE '^deb +\S+' /etc/apt/sources.list 2>/dev/null \
+        | awk '{print $2}' | head -n1 || true)
+  echo "${m:-http://deb.debian.org/debian}"
+}

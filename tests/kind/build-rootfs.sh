@@ -48,12 +48,9 @@ case "$what" in
   *) echo "usage: build-rootfs.sh vm|node" >&2; exit 2 ;;
 esac
 
-# The mirror the host's apt uses (deb822 or one-line sources).
-mirror=$(grep -hoE '^URIs: *\S+' /etc/apt/sources.list.d/*.sources 2>/dev/null \
-          | awk '{print $2}' | grep -v security | head -n1 || true)
-[ -n "$mirror" ] || mirror=$(grep -hoE '^deb +\S+' /etc/apt/sources.list 2>/dev/null \
-          | awk '{print $2}' | head -n1 || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+# shellcheck source=../../scripts/lib/packages.sh
+. "$repo/scripts/lib/packages.sh"
+mirror=$(apt_mirror)
 
 mkdir -p "$cache/kind"
 keyfiles=("$0")

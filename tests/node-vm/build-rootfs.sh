@@ -28,12 +28,9 @@ packages=systemd,systemd-sysv,dbus,udev,kmod,containerd,runc,containernetworking
 packages+=,iproute2,iptables,busybox-static,ca-certificates,linux-image-amd64
 packages+=,initramfs-tools,openssh-server,procps,conntrack,ethtool,socat
 
-# The mirror the host's apt uses (deb822 or one-line sources).
-mirror=$(grep -hoE '^URIs: *\S+' /etc/apt/sources.list.d/*.sources 2>/dev/null \
-          | awk '{print $2}' | grep -v security | head -n1 || true)
-[ -n "$mirror" ] || mirror=$(grep -hoE '^deb +\S+' /etc/apt/sources.list 2>/dev/null \
-          | awk '{print $2}' | head -n1 || true)
-mirror=${mirror:-http://deb.debian.org/debian}
+# shellcheck source=../../scripts/lib/packages.sh
+. "$repo/scripts/lib/packages.sh"
+mirror=$(apt_mirror)
 
 mkdir -p "$cache/node-vm"
 key=$(cat "$0" $(find "$here/rootfs" -type f | sort) | sha256sum | cut -c1-12)

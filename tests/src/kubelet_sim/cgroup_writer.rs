@@ -148,22 +148,27 @@ fn bind_twin(dir: &Path, twin: &Path) -> std::io::Result<()> {
         _ => {}
     }
     for name in COUNTERS {
-        let dst = dir.join(name);
-        std::fs::write(&dst, "")?;
-        let (src, dst) = (cstr(&twin.join(name))?, cstr(&dst)?);
-        // SAFETY: NUL-terminated paths that outlive the call.
-        let r = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                dst.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        bind_file(&twin.join(name), &dir.join(name))?;
+    }
+    Ok(())
+}
+
+/// Bind-mounts the file `src` over `dst` (made empty first, so it exists).
+fn bind_file(src: &Path, dst: &Path) -> std::io::Result<()> {
+    std::fs::write(dst, "")?;
+    let (src, dst) = (cstr(src)?, cstr(dst)?);
+    // SAFETY: NUL-terminated paths that outlive the call.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
@@ -227,22 +232,7 @@ impl KernelCounters {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push((kc.root.clone(), kc.base.clone()));
-        let stat = root.join("cpu.stat");
-        std::fs::write(&stat, "")?;
-        let (src, dst) = (cstr(&base.join("cpu.stat"))?, cstr(&stat)?);
-        // SAFETY: NUL-terminated paths that outlive the call.
-        if unsafe {
-            libc::mount(
-                src.as_ptr(),
-                dst.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
+        bind_file(&base.join("cpu.stat"), &root.join("cpu.stat"))?;
         Ok(kc)
     }
 }
