@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::Round;
 use crate::metrics::{Metrics, NodeValues, PodValues};
-use crate::model::{CgroupPodId, Millis, PodView, Uid};
+use crate::model::{CgroupPodId, Millis, PodView};
 use crate::policy::Verdict;
 use crate::signal::usage::{NodeUsage, booked_request};
 
@@ -54,20 +54,19 @@ pub(super) fn export(
         .iter()
         .map(|p| (&p.id, p.throttled_ratio))
         .collect();
-    let throttled: HashMap<&Uid, Option<f64>> = views
-        .iter()
-        .map(|v| (&v.uid, by_id.get(&v.cgroup_id).copied().flatten()))
-        .collect();
     let mut unmanaged: HashMap<String, usize> = HashMap::new();
     if unreadable > 0 {
         unmanaged.insert("unreadable".into(), unreadable);
     }
     let mut managed = 0;
-    for d in &round.decisions {
+    // Decisions come in the order of the views they were made for
+    // (`policy::decide_with`): the view gives the cgroup to read.
+    for (d, v) in round.decisions.iter().zip(views) {
+        debug_assert_eq!(d.uid, v.uid);
         match &d.verdict {
             Verdict::Managed(m) => {
                 managed += 1;
-                let throttled = throttled.get(&d.uid).copied().flatten().unwrap_or(0.0);
+                let throttled = by_id.get(&v.cgroup_id).copied().flatten().unwrap_or(0.0);
                 metrics.set_pod(
                     &d.namespace,
                     &d.name,
