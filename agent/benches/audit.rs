@@ -84,7 +84,7 @@ fn cgroup(p: &PodView) -> PodCgroup {
     PodCgroup {
         id: p.cgroup_id.clone(),
         qos: p.qos,
-        path,
+        path: path.into(),
         sample: Ok(CgroupSample {
             cpu_max: max(e.pod.quota_us()),
             cpu_stat: CpuStat::default(),

@@ -6,7 +6,7 @@
 //!
 //! `cargo bench -p headroom-agent --bench round`
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::hint::black_box;
 use std::path::Path;
 
@@ -88,7 +88,7 @@ fn bench(c: &mut Criterion) {
         online_cpus: 64,
         shared_pool_cpus: None,
     };
-    let opted: HashSet<String> = ["bench".to_string()].into();
+    let opted: HashSet<String> = ["bench".to_string()].into_iter().collect();
     let mut g = c.benchmark_group("round");
     for n in [110usize, 250, 500] {
         let t = tempfile::tempdir().unwrap();

@@ -76,7 +76,7 @@ mod tests {
     #[test]
     fn a_flag_has_the_same_env_var_in_every_subcommand() {
         use clap::CommandFactory as _;
-        use std::collections::HashMap;
+        use foldhash::{HashMap, HashMapExt};
         let cmd = Args::command();
         // flag → env var, from whichever subcommand names one.
         let mut env: HashMap<String, String> = HashMap::new();

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// CPU in millicores.
 pub type Millis = u64;
@@ -15,21 +16,21 @@ pub type Millis = u64;
 /// pod's cgroup after: the two differ for a static pod, so a map keyed by
 /// one cannot be read with the other. Prints, debugs and serializes as the
 /// bare string, so logs and `explain` output read as before.
-#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
-pub struct Uid(String);
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Uid(Arc<str>);
 
 /// The pod id in a pod cgroup's name (`pod<id>`, systemd's `_` undone): the
 /// key of everything read from cgroupfs. For an API pod it is its
 /// `metadata.uid`, except for a static pod's mirror, whose cgroup is named
 /// after the static pod's config hash ([`PodView::cgroup_id`], set by
 /// `kube::view::cgroup_pod_id`, the one conversion).
-#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(transparent)]
-pub struct CgroupPodId(String);
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CgroupPodId(Arc<str>);
 
 /// The parts both key types share: built from a string on purpose, read as
 /// one with `as_str`, never compared with a bare string or with each other.
+/// Shared (`Arc<str>`): every tick copies each pod's keys into its maps and
+/// snapshots, and a copy is then a count, not an allocation.
 macro_rules! string_key {
     ($t:ident) => {
         impl $t {
@@ -40,13 +41,19 @@ macro_rules! string_key {
 
         impl From<String> for $t {
             fn from(s: String) -> Self {
-                Self(s)
+                Self(s.into())
             }
         }
 
         impl From<&str> for $t {
             fn from(s: &str) -> Self {
-                Self(s.to_string())
+                Self(s.into())
+            }
+        }
+
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
             }
         }
 

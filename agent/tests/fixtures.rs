@@ -185,7 +185,7 @@ fn every_container_is_found_with_runtime_and_role() {
                 .iter()
                 .map(|s| s.container_id.as_deref().unwrap())
                 .collect();
-            cgroup::mark_roles(cg, &ids);
+            cgroup::mark_roles(cg, |id| ids.contains(&id));
             for s in &v.statuses {
                 let id = s.container_id.as_deref().unwrap();
                 let c = cg

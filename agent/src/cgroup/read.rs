@@ -23,11 +23,12 @@
 //! (`fstatfs` of its first open), so a kernel cgroup file bind-mounted into
 //! a tree on another filesystem (the footprint bench's) is kept open too.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Read};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use nix::libc;
 
@@ -155,10 +156,12 @@ fn fill(
 /// made again under the same path reads as the new one).
 #[derive(Debug, Default)]
 pub struct Handles {
-    open: HashMap<PathBuf, (File, u32)>,
+    /// Keyed by the path's bytes: hashing and comparing a `Path` walks its
+    /// components, and this map is asked once per file read.
+    open: HashMap<OsString, (File, u32)>,
     /// Under a root that is not cgroupfs: the files found (by `fstatfs`)
     /// not to be on cgroup2, never kept, with their unused sweeps.
-    elsewhere: HashMap<PathBuf, u32>,
+    elsewhere: HashMap<OsString, u32>,
     /// Whether only files on cgroup2 are kept (the root is not cgroupfs).
     only_cgroup2: bool,
     cap: usize,
@@ -228,7 +231,7 @@ impl Handles {
             self.opened_reads += 1;
             return read_into(path, b);
         }
-        if let Some((f, idle)) = self.open.get_mut(path) {
+        if let Some((f, idle)) = self.open.get_mut(path.as_os_str()) {
             *idle = 0;
             match fill(b, |buf, off| f.read_at(buf, off)) {
                 Ok(()) => {
@@ -236,11 +239,11 @@ impl Handles {
                     return Ok(());
                 }
                 Err(_) => {
-                    self.open.remove(path);
+                    self.open.remove(path.as_os_str());
                 }
             }
         }
-        if let Some(idle) = self.elsewhere.get_mut(path) {
+        if let Some(idle) = self.elsewhere.get_mut(path.as_os_str()) {
             *idle = 0;
             self.opened_reads += 1;
             return read_into(path, b);
@@ -249,17 +252,17 @@ impl Handles {
         let f = open(path)?;
         fill(b, |buf, off| f.read_at(buf, off))?;
         if self.only_cgroup2 && !fd_is_cgroup2(&f) {
-            self.elsewhere.insert(path.to_path_buf(), 0);
+            self.elsewhere.insert(path.as_os_str().to_owned(), 0);
         } else if self.open.len() < self.cap {
-            self.open.insert(path.to_path_buf(), (f, 0));
+            self.open.insert(path.as_os_str().to_owned(), (f, 0));
         }
         Ok(())
     }
 
     /// Closes the handle of `path`, if kept: its next read opens the path again.
     pub fn forget(&mut self, path: &Path) {
-        self.open.remove(path);
-        self.elsewhere.remove(path);
+        self.open.remove(path.as_os_str());
+        self.elsewhere.remove(path.as_os_str());
     }
 
     /// Closes the handles unused for [`Self::IDLE_SWEEPS`] sweeps (call once a tick).

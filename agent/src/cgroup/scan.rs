@@ -314,12 +314,12 @@ pub fn reindex(
 /// App, not listed → Sandbox (the pause container), CRI-O's conmon stays
 /// Conmon. A container started after the status was read shows as Sandbox
 /// until the next status; callers must not act on Sandbox cgroups anyway.
-pub fn mark_roles(pod: &mut PodCgroup, app_container_ids: &[&str]) {
+pub fn mark_roles(pod: &mut PodCgroup, is_app: impl Fn(&str) -> bool) {
     for c in &mut pod.containers {
         if c.role == ContainerRole::Conmon {
             continue;
         }
-        c.role = if app_container_ids.contains(&c.id.as_str()) {
+        c.role = if is_app(&c.id) {
             ContainerRole::App
         } else {
             ContainerRole::Sandbox
@@ -558,7 +558,7 @@ impl Reader<'_> {
         PodCgroup {
             id,
             qos,
-            path,
+            path: path.into(),
             sample,
             containers,
             containers_unlisted,
@@ -833,7 +833,7 @@ mod tests {
         assert_eq!(g.id.as_str(), "11111111-2222");
         assert_eq!(
             g.path,
-            PathBuf::from("kubepods.slice/kubepods-pod11111111_2222.slice")
+            Path::new("kubepods.slice/kubepods-pod11111111_2222.slice").into()
         );
         assert_eq!(g.sample.as_ref().unwrap().cpu_max.millicores(), Some(500));
         assert_eq!(g.containers.len(), 2);
@@ -1095,7 +1095,7 @@ mod tests {
             cpu_max: Err(CgroupError::Missing(PathBuf::new())),
             throttled_usec: None,
         });
-        mark_roles(&mut p, &[A]);
+        mark_roles(&mut p, |id| id == A);
         assert_eq!(p.containers[0].role, ContainerRole::App);
         assert_eq!(p.containers[1].role, ContainerRole::Sandbox);
         assert_eq!(p.containers[2].role, ContainerRole::Conmon);

@@ -2,7 +2,7 @@
 //! scanner produces. Plain data: the slack, verify and policy layers read
 //! these and nothing else of the filesystem.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::parse::ParseError;
@@ -226,8 +226,9 @@ pub struct PodCgroup {
     /// escaping undone): the API pod's uid, or a static pod's config hash.
     pub id: CgroupPodId,
     pub qos: Qos,
-    /// Relative to the cgroup root.
-    pub path: PathBuf,
+    /// Relative to the cgroup root. Shared: a light tick copies it into
+    /// each pod it reads.
+    pub path: Arc<Path>,
     pub sample: Result<CgroupSample, CgroupError>,
     pub containers: Vec<ContainerCgroup>,
     /// Why the container cgroups could not be listed (then `containers` is

@@ -2,7 +2,7 @@
 //! would compute it now, shown for one pod of this node. Stateless: floors
 //! learned from refusals and cooldowns live only in the running agent.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! `decide_round`, `policy::plan`) with no cluster and no memory: every pod
 //! is seen for the first time, as after an agent start.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

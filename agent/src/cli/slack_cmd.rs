@@ -46,7 +46,7 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     let mut cur = cgroup::scan(&a.cgroup_root, &layout, at()).context("second sample")?;
     headroom::signal::mark_roles(&mut prev.pods, &views);
     headroom::signal::mark_roles(&mut cur.pods, &views);
-    let names: std::collections::HashMap<&CgroupPodId, String> =
+    let names: foldhash::HashMap<&CgroupPodId, String> =
         views.iter().map(|v| (&v.cgroup_id, v.key())).collect();
     let pool = headroom::signal::shared_pool::read(&a.cgroup_root, &cur);
     let cap = CapacityInputs {
@@ -138,7 +138,7 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeUsage) -> Value {
             json!({
                 "uid": p.id,
                 "qos": p.qos,
-                "cgroup": p.path,
+                "cgroup": &*p.path,
                 "cpu_max_millicores": smp.and_then(|x| x.cpu_max.millicores()),
                 "cpu_max_period_us": smp.map(|x| x.cpu_max.period_us),
                 "cpu_weight": smp.and_then(|x| x.weight),
@@ -193,7 +193,7 @@ fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
 pub fn report_text(
     cur: &NodeSnapshot,
     s: &NodeUsage,
-    names: &std::collections::HashMap<&CgroupPodId, String>,
+    names: &foldhash::HashMap<&CgroupPodId, String>,
 ) -> String {
     let mut o = String::new();
     let psi = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.2}"));

@@ -2,7 +2,8 @@
 //! data the other layers use. Quantities become integers, sidecars join the
 //! app containers, resize conditions and `managedFields` are summarised.
 
-use std::collections::{BTreeMap, HashMap};
+use foldhash::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec, ResourceRequirements};

@@ -3,7 +3,7 @@
 //! pods), its own Node (allocatable CPU), and the namespaces that opted in
 //! (label selector, so no namespace outside the opt-in is ever cached).
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;

@@ -8,7 +8,8 @@
 //! [`series`]: super::series
 //! [`counters`]: super::counters
 
-use std::collections::{BTreeSet, HashMap};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

@@ -2,7 +2,7 @@
 //! that exist only while the pod is on the node (an index of the pods with
 //! series makes their removal possible; families cannot be iterated).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet, HashSetExt};
 use std::sync::atomic::Ordering;
 
 use super::labels::{CgroupLabels, PodLabels, PodState, PodStateLabels, pod_labels};

@@ -1,7 +1,7 @@
 //! Scrapes a real server over TCP and parses the body with a Prometheus
 //! text parser.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -115,7 +115,10 @@ fn filled() -> Arc<Metrics> {
     m.set_drift("ns", "web", &Target::Container("app".into()), true);
     m.set_drift("ns", "web", &Target::Pod, true);
     m.drift_detected(&Target::Pod);
-    m.set_pod_states(3, &HashMap::from([("not-burstable".to_string(), 2usize)]));
+    m.set_pod_states(
+        3,
+        &HashMap::from_iter([("not-burstable".to_string(), 2usize)]),
+    );
     m.scan_duration.observe(0.001);
     m
 }
@@ -266,7 +269,7 @@ fn retain_pods_sweeps_pods_not_live() {
     m.set_pod("a", "keep", &PodValues::default());
     m.set_pod("a", "gone", &PodValues::default());
     m.set_drift("a", "gone2", &Target::Pod, true);
-    m.retain_pods(&HashSet::from([("a".to_string(), "keep".to_string())]));
+    m.retain_pods(&HashSet::from_iter([("a".to_string(), "keep".to_string())]));
     let s = parse(&m.encode_prometheus());
     assert_eq!(
         find(&s, "headroom_pod_cpu_request_millicores", &[]).len(),

@@ -200,7 +200,7 @@ impl Eligibility {
     pub fn of(
         views: &[PodView],
         node_name: &str,
-        opted_in_namespaces: &std::collections::HashSet<String>,
+        opted_in_namespaces: &foldhash::HashSet<String>,
         pod_level_resize_supported: Option<bool>,
         wall_clock_s: i64,
     ) -> Self {
@@ -432,7 +432,7 @@ mod tests {
 
     #[test]
     fn reason_names_are_unique_snake_case() {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = foldhash::HashSet::default();
         for r in Unmanaged::ALL {
             let s = r.reason();
             assert!(s.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{s}");

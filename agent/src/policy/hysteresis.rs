@@ -388,7 +388,8 @@ pub fn plan<'m>(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, HashMap};
+    use foldhash::HashMap;
+    use std::collections::BTreeMap;
 
     use super::*;
     use crate::model::{ANN_ADOPT, DeclaredLimits, PodView};
@@ -438,7 +439,7 @@ mod tests {
             ..PolicyConfig::default()
         };
         let p = simple("a", 100, Some(200));
-        let mem = HashMap::from([(
+        let mem = HashMap::from_iter([(
             p.uid.clone(),
             LastPatch {
                 last_patch_at_s: 100.0,
@@ -523,7 +524,7 @@ mod tests {
         m = patched(Some(&m), Direction::Raise, 20.0, &cfg);
         m = patched(Some(&m), Direction::Lower, 25.0, &cfg);
         assert_eq!(m.flaps, 2);
-        let mem = HashMap::from([(p.uid.clone(), m)]);
+        let mem = HashMap::from_iter([(p.uid.clone(), m)]);
         let (n, ds) = decided(&p, 4000, 0, 0);
         // 30 s after the second quick undo, not 15.
         let out = plan(

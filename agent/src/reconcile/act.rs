@@ -2,7 +2,7 @@
 //! and the one pod-level dryRun probe. What an answer means is decided in
 //! [`super::outcome`]; this is the I/O around it.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::Duration;
 
 use super::outcome::{on_dry_run, on_outcome};

@@ -2,7 +2,7 @@
 //! every pod's cgroups for drift on full scans (the pure parts are in
 //! [`crate::verify`]).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::Agent;

@@ -5,7 +5,7 @@
 //! with neither (no owner, limits set by an earlier agent) keeps its current
 //! limit as the ceiling's lower bound (`policy::declared_limit`).
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 use std::time::Duration;
 
 use super::records::Records;

@@ -1,7 +1,7 @@
 //! The tick's gauges: node capacity, usage and slack (real and as the
 //! scheduler books it), each managed pod's values, pods by state.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use super::Round;
 use crate::metrics::{Metrics, NodeValues, PodValues};

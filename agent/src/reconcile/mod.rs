@@ -19,7 +19,7 @@ pub mod stateless;
 #[cfg(test)]
 mod tick_tests;
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

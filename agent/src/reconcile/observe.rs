@@ -2,7 +2,7 @@
 //! scan on the audit interval, on inotify events and for pods not seen yet;
 //! otherwise a light rescan), and the node's slack between two snapshots.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -209,7 +209,7 @@ pub fn on_yields(
     events: bool,
 ) -> Vec<(Uid, Vec<Effect>)> {
     let mut out = Vec::new();
-    let mut now_yielded = std::collections::HashSet::new();
+    let mut now_yielded = foldhash::HashSet::default();
     for d in decisions {
         let Some(y) = d.yielded() else {
             continue;

@@ -2,7 +2,7 @@
 //! forgetting a pod is one removal, and the node-wide 403 pause.
 //! Pure data with explicit time, so every retry/backoff rule is unit-tested.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::Duration;
 
 use crate::kube::events::SentEvents;

@@ -1,7 +1,7 @@
 //! One decision round from observations: pure glue between the slack
 //! measurement and the policy, shared by `run` and `explain`.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 
 use serde::Serialize;
 

@@ -6,7 +6,7 @@
 //! unknown, what pods short of CPU are owed not held. What `plan` and
 //! `explain` print.
 
-use std::collections::HashSet;
+use foldhash::HashSet;
 use std::path::Path;
 
 use super::round::{Owed, Round, decide_round};

@@ -30,7 +30,7 @@
 //! aggregate shows a stall ([`Gate`]); a calm node reads no pod's pressure.
 //! Pure: the caller reads the files.
 
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashSet};
 
 use serde::Serialize;
 

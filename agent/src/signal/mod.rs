@@ -9,7 +9,7 @@ pub mod contention;
 pub mod shared_pool;
 pub mod usage;
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use crate::cgroup::{self, NodeSnapshot, PodCgroup};
 use crate::model::{CgroupPodId, PodView};
@@ -71,13 +71,15 @@ pub fn between(
 pub fn mark_roles(pods: &mut [PodCgroup], views: &[PodView]) {
     let by_id: HashMap<&CgroupPodId, &PodView> = views.iter().map(|v| (&v.cgroup_id, v)).collect();
     for cg in pods {
+        if cg.containers.is_empty() {
+            continue; // a light tick's pod: nothing to mark
+        }
         if let Some(v) = by_id.get(&cg.id) {
-            let ids: Vec<&str> = v
-                .statuses
-                .iter()
-                .filter_map(|s| s.container_id.as_deref())
-                .collect();
-            cgroup::mark_roles(cg, &ids);
+            cgroup::mark_roles(cg, |id| {
+                v.statuses
+                    .iter()
+                    .any(|s| s.container_id.as_deref() == Some(id))
+            });
         }
     }
 }

@@ -11,7 +11,7 @@
 //! [`NodeUsage::pods`]. *Booked slack* is allocatable − requests, as the
 //! scheduler sees it (a gauge only).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use crate::cgroup::{CgroupSample, CpuStat, NodeSnapshot, PodCgroup};
 use crate::model::{CgroupPodId, Millis, PodView, Qos};
@@ -314,7 +314,7 @@ pub fn measure_with(
             }
         })
         .collect();
-    let cur_ids: std::collections::HashSet<&CgroupPodId> = cur.pods.iter().map(|p| &p.id).collect();
+    let cur_ids: foldhash::HashSet<&CgroupPodId> = cur.pods.iter().map(|p| &p.id).collect();
     let vanished = prev
         .pods
         .iter()
@@ -439,7 +439,7 @@ mod tests {
         PodCgroup {
             id: uid.into(),
             qos: Qos::Burstable,
-            path: PathBuf::from(uid),
+            path: std::path::Path::new(uid).into(),
             sample: s,
             containers: vec![],
             containers_unlisted: None,

@@ -1,7 +1,7 @@
 //! Expected vs observed `cpu.max`. Pure: works on the scanner's
 //! [`PodCgroup`]s, so a test or benchmark can feed it any tree.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::fmt;
 
 use crate::cgroup::{CgroupError, ContainerRole, CpuMax, Driver, NodeSnapshot, PodCgroup};
@@ -257,7 +257,7 @@ pub(crate) mod tests {
         PodCgroup {
             id: p.cgroup_id.clone(),
             qos: p.qos,
-            path,
+            path: path.into(),
             sample: Ok(sample(max(e.pod.quota_us()))),
             containers,
             containers_unlisted: None,

@@ -3,7 +3,7 @@
 //! grace are passed in (`now`, a monotonic [`Duration`] since any fixed
 //! origin), so tests drive them without clocks.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::Duration;
 
 use crate::model::{ResizeState, Uid};

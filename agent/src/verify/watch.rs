@@ -11,8 +11,9 @@
 //! directories are dropped here on the parent's event. Kernel-updated files
 //! (`cpu.stat`, `cpu.pressure`) raise nothing: they must be polled.
 
-use std::collections::{BTreeSet, HashMap};
-use std::ffi::OsStr;
+use foldhash::{HashMap, HashMapExt, HashSet};
+
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -36,17 +37,21 @@ pub enum WatchEvent {
 
 /// The directories worth watching in a snapshot: the node-allocatable
 /// cgroup, the QoS parents of pod cgroups, every pod and container cgroup.
-/// Relative to the root.
-pub fn dirs_to_watch(snapshot: &NodeSnapshot) -> BTreeSet<PathBuf> {
-    let mut dirs = BTreeSet::new();
-    dirs.insert(snapshot.layout.kubepods.clone());
+/// Relative to the root; each once.
+pub fn dirs_to_watch(snapshot: &NodeSnapshot) -> Vec<PathBuf> {
+    let mut dirs = vec![snapshot.layout.kubepods.clone()];
+    // QoS parents repeat pod after pod: a handful of distinct ones.
+    let mut parents: Vec<&Path> = Vec::new();
     for p in &snapshot.pods {
         if let Some(parent) = p.path.parent().filter(|x| !x.as_os_str().is_empty()) {
-            dirs.insert(parent.to_path_buf());
+            if !parents.contains(&parent) && parent != snapshot.layout.kubepods {
+                parents.push(parent);
+            }
         }
-        dirs.insert(p.path.clone());
+        dirs.push(p.path.to_path_buf());
         dirs.extend(p.containers.iter().map(|c| c.path.clone()));
     }
+    dirs.extend(parents.into_iter().map(Path::to_path_buf));
     dirs
 }
 
@@ -72,7 +77,9 @@ pub struct CgroupWatch {
     stream: EventStream<Vec<u8>>,
     watches: Watches,
     by_wd: HashMap<WatchDescriptor, PathBuf>,
-    by_path: HashMap<PathBuf, WatchDescriptor>,
+    /// Keyed by the path's bytes: a re-sync asks it for every pod and
+    /// container directory, and hashing a `Path` walks its components.
+    by_path: HashMap<OsString, WatchDescriptor>,
 }
 
 impl CgroupWatch {
@@ -94,29 +101,30 @@ impl CgroupWatch {
     /// new ones, removes the rest. Returns the directories that could not
     /// be watched (gone already, or the inotify watch limit reached).
     pub fn sync(&mut self, dirs: impl IntoIterator<Item = PathBuf>) -> Vec<(PathBuf, io::Error)> {
-        let want: BTreeSet<PathBuf> = dirs.into_iter().collect();
-        let stale: Vec<PathBuf> = self
+        let want: HashSet<OsString> = dirs.into_iter().map(PathBuf::into_os_string).collect();
+        let stale: Vec<OsString> = self
             .by_path
             .keys()
             .filter(|p| !want.contains(*p))
             .cloned()
             .collect();
         for p in stale {
-            self.unwatch(&p);
+            self.unwatch(Path::new(&p));
         }
         let mut failed = Vec::new();
         for rel in want {
             if self.by_path.contains_key(&rel) {
                 continue;
             }
+            let rel = PathBuf::from(rel);
             match self.watches.add(self.root.join(&rel), MASK) {
                 Ok(wd) => {
                     // inotify returns the same wd for the same inode; keep
                     // the newest path for it.
                     if let Some(old) = self.by_wd.insert(wd.clone(), rel.clone()) {
-                        self.by_path.remove(&old);
+                        self.by_path.remove(old.as_os_str());
                     }
-                    self.by_path.insert(rel, wd);
+                    self.by_path.insert(rel.into_os_string(), wd);
                 }
                 Err(e) => failed.push((rel, e)),
             }
@@ -125,7 +133,7 @@ impl CgroupWatch {
     }
 
     fn unwatch(&mut self, rel: &Path) {
-        if let Some(wd) = self.by_path.remove(rel) {
+        if let Some(wd) = self.by_path.remove(rel.as_os_str()) {
             self.by_wd.remove(&wd);
             // Fails with EINVAL when the kernel already dropped it: fine.
             let _ = self.watches.remove(wd);
@@ -150,7 +158,7 @@ impl CgroupWatch {
             }
             if ev.mask.contains(EventMask::IGNORED) {
                 if let Some(p) = self.by_wd.remove(&ev.wd) {
-                    self.by_path.remove(&p);
+                    self.by_path.remove(p.as_os_str());
                 }
                 continue;
             }

@@ -25,7 +25,7 @@
 //!
 //! Pure: the caller reads the samples and carries out the verdicts.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::time::Duration;
 
 use super::{Contention, Displaced, MIN_DISPLACED_M};

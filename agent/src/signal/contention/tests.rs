@@ -1,5 +1,5 @@
-use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use foldhash::{HashMap, HashSet};
+use std::path::Path;
 
 use super::*;
 use crate::cgroup::{CpuMax, CpuStat, Driver, Layout, PsiLine};
@@ -47,7 +47,7 @@ fn pod(uid: &str, a: At, psi: bool) -> PodCgroup {
     PodCgroup {
         id: uid.into(),
         qos: Qos::Burstable,
-        path: PathBuf::from(uid),
+        path: Path::new(uid).into(),
         sample: Ok(sample(a, psi)),
         containers: vec![],
         containers_unlisted: None,
@@ -808,7 +808,7 @@ fn a_managed_pod_waiting_for_its_resize_is_still_managed() {
     let mut elsewhere = pod("elsewhere");
     elsewhere.node_name = Some("n2".into());
     let views = [idle, in_progress, pending, unobserved, elsewhere];
-    let opted: HashSet<String> = ["ns".to_string()].into();
+    let opted: HashSet<String> = ["ns".to_string()].into_iter().collect();
     let mut got: Vec<&str> = managed(
         &views,
         &Eligibility::of(&views, "n1", &opted, Some(true), 0),
