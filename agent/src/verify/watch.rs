@@ -43,10 +43,11 @@ pub fn dirs_to_watch(snapshot: &NodeSnapshot) -> Vec<PathBuf> {
     // QoS parents repeat pod after pod: a handful of distinct ones.
     let mut parents: Vec<&Path> = Vec::new();
     for p in &snapshot.pods {
-        if let Some(parent) = p.path.parent().filter(|x| !x.as_os_str().is_empty()) {
-            if !parents.contains(&parent) && parent != snapshot.layout.kubepods {
-                parents.push(parent);
-            }
+        if let Some(parent) = p.path.parent().filter(|x| !x.as_os_str().is_empty())
+            && !parents.contains(&parent)
+            && parent != snapshot.layout.kubepods
+        {
+            parents.push(parent);
         }
         dirs.push(p.path.to_path_buf());
         dirs.extend(p.containers.iter().map(|c| c.path.clone()));
