@@ -73,6 +73,11 @@ macro_rules! string_key {
 string_key!(Uid);
 string_key!(CgroupPodId);
 
+/// A name read from the API (namespace, pod, container) and copied into
+/// every tick's decisions, plans and labels: shared, so a copy is a count,
+/// not an allocation.
+pub type Name = Arc<str>;
+
 /// Prefix of every Headroom annotation and label.
 pub const PREFIX: &str = "headroom.dev/";
 /// Pod annotation or namespace label `headroom.dev/managed`: `"true"` opts in;
@@ -134,7 +139,7 @@ pub enum ContainerKind {
 /// A container that lives as long as the pod (app or sidecar).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerSpec {
-    pub name: String,
+    pub name: Name,
     pub kind: ContainerKind,
     pub resources: Resources,
     pub cpu_resize_policy: ResizePolicy,
@@ -169,8 +174,8 @@ pub struct ResizeState {
 /// Everything Headroom needs to know about one pod.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodView {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Name,
+    pub name: Name,
     pub uid: Uid,
     /// The id the kubelet names this pod's cgroup after: `uid`, or a static
     /// pod's config hash. Joins with anything read from cgroupfs use it.
@@ -270,7 +275,7 @@ impl DeclaredLimits {
             containers: v
                 .containers
                 .iter()
-                .map(|c| (c.name.clone(), c.resources.cpu_limit))
+                .map(|c| (c.name.to_string(), c.resources.cpu_limit))
                 .collect(),
             pod: v.pod_resources.and_then(|r| r.cpu_limit),
         }

@@ -45,7 +45,7 @@ pub const fn cpu(request: Option<Millis>, limit: Option<Millis>) -> Resources {
 /// An app container whose CPU resize needs no restart.
 pub fn container(name: &str, resources: Resources) -> ContainerSpec {
     ContainerSpec {
-        name: name.to_string(),
+        name: name.into(),
         kind: ContainerKind::App,
         resources,
         cpu_resize_policy: ResizePolicy::NotRequired,
@@ -75,8 +75,8 @@ impl From<PodView> for PodBuilder {
 impl PodBuilder {
     pub fn new(namespace: &str, name: &str, uid: &str) -> Self {
         PodBuilder(PodView {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
+            namespace: namespace.into(),
+            name: name.into(),
             uid: uid.into(),
             cgroup_id: uid.into(),
             node_name: None,
@@ -147,7 +147,7 @@ impl PodBuilder {
             .iter()
             .enumerate()
             .map(|(i, c)| ContainerState {
-                name: c.name.clone(),
+                name: c.name.to_string(),
                 container_id: Some(id(i, c)),
                 runtime: Some(runtime.to_string()),
                 running: true,

@@ -89,7 +89,7 @@ fn fixture_special_cases_are_audited() {
     let all = fixtures();
     let find = |fixture: &str, pod: &str| {
         let f = all.iter().find(|f| f.name == fixture).unwrap();
-        let p = f.pods.iter().find(|p| p.name == pod).cloned();
+        let p = f.pods.iter().find(|p| &*p.name == pod).cloned();
         (f, p.unwrap_or_else(|| panic!("{fixture}/{pod} missing")))
     };
     // pod-level 101m limit: pod reads 11000 (systemd rounding), accepted.

@@ -62,7 +62,7 @@ fn quota(milli: Millis, period: u64) -> u64 {
 /// Expected container limit in millicores: own limit, else the pod-level
 /// limit, else unlimited.
 fn expected_container_limit(v: &PodView, name: &str) -> Option<Millis> {
-    let c = v.containers.iter().find(|c| c.name == name).unwrap();
+    let c = v.containers.iter().find(|c| &*c.name == name).unwrap();
     c.resources
         .cpu_limit
         .or(v.pod_resources.and_then(|r| r.cpu_limit))

@@ -120,7 +120,7 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     let Some(d) = round
         .decisions
         .iter()
-        .find(|d| d.namespace == ns && d.name == name)
+        .find(|d| &*d.namespace == ns && &*d.name == name)
     else {
         bail!("pod {ns}/{name} is not readable as a pod of node {node_name}");
     };

@@ -75,8 +75,8 @@ pub fn pod_reference(pod: &PodView) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Pod".into()),
-        namespace: Some(pod.namespace.clone()),
-        name: Some(pod.name.clone()),
+        namespace: Some(pod.namespace.to_string()),
+        name: Some(pod.name.to_string()),
         uid: Some(pod.uid.to_string()),
         resource_version: pod.resource_version.clone(),
         field_path: None,

@@ -64,8 +64,8 @@ pub async fn send(api: &Api<Pod>, req: &ResizeRequest) -> ResizeAnswer {
 /// (`InPlacePodLevelResourcesVerticalScaling`).
 pub fn pod_level_probe(view: &PodView, limit_m: Millis, quantum_m: Millis) -> ResizeRequest {
     ResizeRequest {
-        namespace: view.namespace.clone(),
-        name: view.name.clone(),
+        namespace: view.namespace.to_string(),
+        name: view.name.to_string(),
         change: LimitChange::Pod(limit_m),
         attempted_m: limit_m,
         quantum_m,
@@ -101,7 +101,7 @@ pub fn limit_change(view: &PodView, kind: &PatchKind) -> LimitChange {
                     kind: view
                         .containers
                         .iter()
-                        .find(|c| &c.name == name)
+                        .find(|c| *c.name == **name)
                         .map_or(ContainerKind::App, |c| c.kind),
                     cpu_limit_m: *m,
                 })

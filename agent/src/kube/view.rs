@@ -71,8 +71,8 @@ impl TryFrom<&Pod> for PodView {
             .ok_or(ViewError::Missing("metadata.name"))?;
         let uid = Uid::from(meta.uid.clone().ok_or(ViewError::Missing("metadata.uid"))?);
         Ok(PodView {
-            namespace,
-            name,
+            namespace: namespace.into(),
+            name: name.into(),
             uid: uid.clone(),
             cgroup_id: cgroup_pod_id(&uid, &annotations),
             node_name: spec.node_name.clone(),
@@ -334,7 +334,7 @@ fn container_spec(
         })
         .unwrap_or(ResizePolicy::NotRequired);
     Ok(ContainerSpec {
-        name: c.name.clone(),
+        name: c.name.as_str().into(),
         kind,
         resources: resources(c.resources.as_ref(), field)?,
         cpu_resize_policy,
@@ -493,7 +493,7 @@ mod tests {
         let none = |_: &Pod, e: &ViewError| panic!("unexpected unreadable pod: {e}");
         let first = v.refresh(&pods, "n1", none);
         assert_eq!(
-            first.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            first.iter().map(|p| &*p.name).collect::<Vec<_>>(),
             ["a", "b"]
         );
         let again = v.refresh(&pods, "n1", none);
@@ -510,10 +510,7 @@ mod tests {
         assert_eq!(changed[1].resource_version.as_deref(), Some("2"));
         pods.remove(0);
         let gone = v.refresh(&pods, "n1", none);
-        assert_eq!(
-            gone.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
-            ["b"]
-        );
+        assert_eq!(gone.iter().map(|p| &*p.name).collect::<Vec<_>>(), ["b"]);
         let mut bad = (*on_node("c", "u-c", "1", "n1")).clone();
         bad.spec.as_mut().unwrap().containers[0].resources =
             Some(serde_json::from_value(serde_json::json!({"limits": {"cpu": "lots"}})).unwrap());

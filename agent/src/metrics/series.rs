@@ -58,8 +58,10 @@ impl Metrics {
     /// Sets a managed pod's series. `None` limit/target removes that series.
     pub fn set_pod(&self, namespace: &str, pod: &str, v: &PodValues) {
         let l = pod_labels(namespace, pod);
-        if let Ok(mut i) = self.index.lock() {
-            i.entry(l.clone()).or_default();
+        if let Ok(mut i) = self.index.lock()
+            && !i.contains_key(&l)
+        {
+            i.insert(l.clone(), Default::default());
         }
         self.pod_request.get_or_create(&l).set(v.request_millicores);
         match v.limit_millicores {

@@ -182,7 +182,7 @@ impl Serialize for Unmanaged {
 /// A container whose CPU limit Headroom sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagedContainer {
-    pub name: String,
+    pub name: crate::model::Name,
     /// Always > 0.
     pub request_m: Millis,
     /// `None`: unlimited now; the first patch adopts it.
@@ -212,7 +212,7 @@ impl Eligibility {
                         v,
                         &EligibilityCtx {
                             node_name,
-                            namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
+                            namespace_opted_in: opted_in_namespaces.contains(&*v.namespace),
                             pod_level_resize_supported,
                             wall_clock_s,
                         },
@@ -555,7 +555,7 @@ mod tests {
         match eligibility(&p, &ctx(None)).unwrap() {
             ManagedShape::Containers(cs) => {
                 assert_eq!(cs.len(), 1);
-                assert_eq!(cs[0].name, "with");
+                assert_eq!(&*cs[0].name, "with");
                 assert_eq!(cs[0].limit_m, None);
             }
             other => panic!("{other:?}"),
@@ -573,10 +573,7 @@ mod tests {
         );
         match eligibility(&p, &ctx(None)).unwrap() {
             ManagedShape::Containers(cs) => {
-                assert_eq!(
-                    cs.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
-                    ["lim"]
-                );
+                assert_eq!(cs.iter().map(|c| &*c.name).collect::<Vec<_>>(), ["lim"]);
             }
             other => panic!("{other:?}"),
         }

@@ -103,8 +103,8 @@ pub enum Direction {
 /// One resize to send.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PatchPlan {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: crate::model::Name,
+    pub name: crate::model::Name,
     pub uid: Uid,
     pub kind: PatchKind,
     /// Managed total before; `None` when a limit is being adopted.
@@ -136,8 +136,8 @@ impl HoldReason {
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Hold {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: crate::model::Name,
+    pub name: crate::model::Name,
     pub uid: Uid,
     pub reason: HoldReason,
     pub current_m: Option<Millis>,
@@ -368,7 +368,7 @@ pub fn plan<'m>(
                 m.containers
                     .iter()
                     .filter(|c| c.current_limit_m != Some(c.target_m))
-                    .map(|c| (c.name.clone(), c.target_m))
+                    .map(|c| (c.name.to_string(), c.target_m))
                     .collect(),
             ),
         };

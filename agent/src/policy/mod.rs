@@ -111,7 +111,7 @@ pub enum Level {
 /// Per-container part of a container-level decision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ContainerDecision {
-    pub name: String,
+    pub name: crate::model::Name,
     pub request_m: Millis,
     /// `None`: unlimited (adoption).
     pub current_limit_m: Option<Millis>,
@@ -121,8 +121,8 @@ pub struct ContainerDecision {
 /// The policy's view of one pod (for `explain`, metrics and [`plan`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: crate::model::Name,
+    pub name: crate::model::Name,
     pub uid: Uid,
     /// Request the managed limit is measured against (managed containers'
     /// requests, or the pod-level request); for unmanaged pods the pod's
@@ -322,7 +322,7 @@ pub fn known_declared_limit(
         &own
     };
     match shape {
-        ManagedShape::Containers(cs) => declared.total_of(cs.iter().map(|c| c.name.as_str())),
+        ManagedShape::Containers(cs) => declared.total_of(cs.iter().map(|c| &*c.name)),
         ManagedShape::PodLevel { .. } => declared.pod,
     }
 }

@@ -211,7 +211,7 @@ fn container_level_split_by_request() {
         .unwrap()
         .containers
         .iter()
-        .map(|c| (c.name.as_str(), c.target_m))
+        .map(|c| (&*c.name, c.target_m))
         .collect();
     assert_eq!(parts, [("a", 400), ("b", 1200)]);
 }
@@ -339,7 +339,7 @@ fn apply(p: &PodView, pp: &PatchPlan) -> PodView {
         }
         PatchKind::ContainerLimits(cs) => {
             for (name, m) in cs {
-                if let Some(c) = p.containers.iter_mut().find(|c| &c.name == name) {
+                if let Some(c) = p.containers.iter_mut().find(|c| *c.name == **name) {
                     c.resources.cpu_limit = Some(*m);
                 }
             }
@@ -411,7 +411,7 @@ proptest! {
             // Containers with RestartContainer are never in a patch.
             if let PatchKind::ContainerLimits(cs) = &pp.kind {
                 for (name, _) in cs {
-                    let c = before.containers.iter().find(|c| &c.name == name).unwrap();
+                    let c = before.containers.iter().find(|c| *c.name == **name).unwrap();
                     prop_assert_eq!(c.cpu_resize_policy, ResizePolicy::NotRequired);
                 }
             }

@@ -47,8 +47,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             return;
         }
         let req = ResizeRequest {
-            namespace: view.namespace.clone(),
-            name: view.name.clone(),
+            namespace: view.namespace.to_string(),
+            name: view.name.to_string(),
             change: resize::limit_change(view, &p.kind),
             attempted_m: p.new_total_m,
             quantum_m: self.settings.policy.quantum_m,

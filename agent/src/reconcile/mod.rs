@@ -337,7 +337,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
         let names: HashSet<(String, String)> = views
             .iter()
-            .map(|v| (v.namespace.clone(), v.name.clone()))
+            .map(|v| (v.namespace.to_string(), v.name.to_string()))
             .collect();
         self.metrics.retain_pods(&names);
     }

@@ -94,7 +94,7 @@ pub fn decide_round<'a>(
             let known = known(&v.uid);
             PodInput {
                 pod: v,
-                namespace_opted_in: opted_in_namespaces.contains(&v.namespace),
+                namespace_opted_in: opted_in_namespaces.contains(&*v.namespace),
                 usage_m,
                 throttled_ratio,
                 extra_floor_m: known.learned_floor_m,

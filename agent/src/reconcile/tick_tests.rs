@@ -638,7 +638,7 @@ async fn a_lowering_that_helped_holds_while_the_neighbour_runs() {
         let round = h.tick().await.expect("a round");
         assert_eq!(h.resizes().len(), lowered, "raised back at {t} s");
         if t > 5 {
-            let web = round.decisions.iter().find(|d| d.name == "web").unwrap();
+            let web = round.decisions.iter().find(|d| &*d.name == "web").unwrap();
             assert_eq!(web.managed().and_then(|m| m.held_at_m), Some(100));
         }
     }

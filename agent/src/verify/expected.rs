@@ -159,7 +159,7 @@ pub fn expected_cpu_max(pod: &PodView, period_us: u64) -> Expected {
         .containers
         .iter()
         .map(|c| ExpectedContainer {
-            name: c.name.clone(),
+            name: c.name.to_string(),
             container_id: pod
                 .status_of(&c.name)
                 .filter(|s| s.running)
