@@ -314,16 +314,27 @@ pub fn known_declared_limit(
     shape: &ManagedShape,
     known: Option<&DeclaredLimits>,
 ) -> Option<Millis> {
-    let own;
-    let declared = if pod.limits_set_by_headroom {
-        known?
-    } else {
-        own = DeclaredLimits::of(pod);
-        &own
-    };
+    if pod.limits_set_by_headroom {
+        let declared = known?;
+        return match shape {
+            ManagedShape::Containers(cs) => declared.total_of(cs.iter().map(|c| &*c.name)),
+            ManagedShape::PodLevel { .. } => declared.pod,
+        };
+    }
+    // The pod's own limits, read in place (what `DeclaredLimits::of` would
+    // hold, without making one per pod per tick): a container not in the
+    // spec, or one without a limit, leaves the total unknown.
     match shape {
-        ManagedShape::Containers(cs) => declared.total_of(cs.iter().map(|c| &*c.name)),
-        ManagedShape::PodLevel { .. } => declared.pod,
+        ManagedShape::Containers(cs) => cs
+            .iter()
+            .map(|c| {
+                pod.containers
+                    .iter()
+                    .find(|x| x.name == c.name)
+                    .and_then(|x| x.resources.cpu_limit)
+            })
+            .sum(),
+        ManagedShape::PodLevel { .. } => pod.pod_resources.and_then(|r| r.cpu_limit),
     }
 }
 
