@@ -2,7 +2,7 @@
 //! that exist only while the pod is on the node (an index of the pods with
 //! series makes their removal possible; families cannot be iterated).
 
-use foldhash::{HashMap, HashSet, HashSetExt};
+use foldhash::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
 use super::labels::{CgroupLabels, PodLabels, PodState, PodStateLabels, pod_labels};
@@ -119,16 +119,19 @@ impl Metrics {
     }
 
     /// Removes every pod not in `live` (namespace, name): a sweep after a
-    /// relist, in case a deletion was missed.
-    pub fn retain_pods(&self, live: &HashSet<(String, String)>) {
-        let mut known: HashSet<PodLabels> = HashSet::new();
-        if let Ok(i) = self.index.lock() {
-            known.extend(i.keys().cloned());
-        }
-        for l in known {
-            if !live.contains(&(l.namespace.clone(), l.pod.clone())) {
-                self.remove_pod(&l.namespace, &l.pod);
-            }
+    /// relist, in case a deletion was missed. Runs every tick, so only the
+    /// pods to remove are copied out of the index.
+    pub fn retain_pods(&self, live: &HashSet<(&str, &str)>) {
+        let gone: Vec<PodLabels> = match self.index.lock() {
+            Ok(i) => i
+                .keys()
+                .filter(|l| !live.contains(&(l.namespace.as_str(), l.pod.as_str())))
+                .cloned()
+                .collect(),
+            Err(_) => return,
+        };
+        for l in gone {
+            self.remove_pod(&l.namespace, &l.pod);
         }
     }
 

@@ -269,7 +269,7 @@ fn retain_pods_sweeps_pods_not_live() {
     m.set_pod("a", "keep", &PodValues::default());
     m.set_pod("a", "gone", &PodValues::default());
     m.set_drift("a", "gone2", &Target::Pod, true);
-    m.retain_pods(&HashSet::from_iter([("a".to_string(), "keep".to_string())]));
+    m.retain_pods(&HashSet::from_iter([("a", "keep")]));
     let s = parse(&m.encode_prometheus());
     assert_eq!(
         find(&s, "headroom_pod_cpu_request_millicores", &[]).len(),

@@ -335,10 +335,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         for uid in gone {
             self.forget(&uid);
         }
-        let names: HashSet<(String, String)> = views
-            .iter()
-            .map(|v| (v.namespace.to_string(), v.name.to_string()))
-            .collect();
+        let names: HashSet<(&str, &str)> =
+            views.iter().map(|v| (&*v.namespace, &*v.name)).collect();
         self.metrics.retain_pods(&names);
     }
 }
