@@ -203,7 +203,7 @@ fn override_flags(base: &[String], flags: &str) -> anyhow::Result<Vec<String>> {
     let mut out = base.to_vec();
     let f: Vec<&str> = flags.split_whitespace().collect();
     anyhow::ensure!(
-        f.len() % 2 == 0 && !f.is_empty(),
+        f.len().is_multiple_of(2) && !f.is_empty(),
         "FOOTPRINT_VM_VARIANT: {flags:?} is not `--flag value` pairs"
     );
     for pair in f.chunks(2) {
