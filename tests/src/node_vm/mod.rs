@@ -19,6 +19,7 @@
 pub mod config;
 pub mod daemonset;
 pub mod egress;
+pub mod footprint;
 pub mod guest;
 pub mod health;
 pub mod install;
