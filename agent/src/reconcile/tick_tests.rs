@@ -890,7 +890,7 @@ async fn a_pod_that_leaves_leaves_nothing_behind() {
 
     assert!(h.agent.records.get(&uid).is_none(), "its record is gone");
     assert_eq!(h.agent.records.uids().count(), 0, "no record of anyone");
-    assert_eq!(h.agent.scan.claims, Default::default(), "no claim");
+    // No claim was open here; a pod with one leaving is the next test.
     assert_eq!(series(&h), Vec::<String>::new(), "no series names it");
     assert!(
         h.agent
@@ -898,6 +898,38 @@ async fn a_pod_that_leaves_leaves_nothing_behind() {
             .prev
             .as_ref()
             .is_some_and(|s| s.pods.is_empty()),
+        "its cgroup is not read any more"
+    );
+}
+
+/// The same with a claim open: `ns/web` was lowered for the neighbour, and
+/// the neighbour (the pod the claim is for) leaves. Its claim goes with it,
+/// and with the claim the hold on `ns/web` and the every-tick read of the
+/// neighbour's cgroup.
+#[tokio::test]
+async fn a_pod_a_lowering_was_made_for_leaves_and_its_claim_goes_with_it() {
+    let (mut h, nbr_dir, [mut kp, mut web, _]) = lowered_for_the_neighbour().await;
+    let nbr = crate::model::CgroupPodId::from(NBR_UID);
+    assert!(h.agent.scan.claims.has(&nbr), "a claim is open for it");
+    assert!(h.agent.scan.claims.watched().any(|id| id == &nbr));
+
+    h.pods
+        .apply_watcher_event(&watcher::Event::Delete(neighbour()));
+    std::fs::remove_dir_all(&nbr_dir).unwrap();
+    for _ in 0..2 {
+        kp.second(&h.kubepods, 0, 0, 0);
+        web.second(&h.pod_dir, 100, 0, 0);
+        h.tick().await;
+    }
+
+    assert_eq!(h.agent.scan.claims, Default::default(), "no claim");
+    assert!(h.agent.scan.claims.holds().is_empty(), "no hold");
+    assert!(
+        h.agent
+            .scan
+            .prev
+            .as_ref()
+            .is_some_and(|s| s.pods.iter().all(|p| p.id != nbr)),
         "its cgroup is not read any more"
     );
 }
