@@ -1470,25 +1470,5 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
 }
 
 fn main() {
-    // `cargo bench` passes --bench; nothing else is taken from the command line.
-    let s = match Settings::from_env() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("benefit: {e:#}");
-            std::process::exit(2);
-        }
-    };
-    if let Some(why) = testkit::node_vm::skip_reason() {
-        eprintln!("benefit: cannot run: {why}");
-        std::process::exit(2);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(bench(s)) {
-        eprintln!("benefit: FAILED: {e:#}");
-        std::process::exit(1);
-    }
+    testkit::node_vm::bench_main("benefit", Settings::from_env(), bench);
 }

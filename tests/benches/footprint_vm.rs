@@ -670,25 +670,5 @@ async fn measure(
 }
 
 fn main() {
-    // `cargo bench` passes --bench; nothing else is taken from the command line.
-    let s = match Settings::from_env() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("footprint-vm: {e:#}");
-            std::process::exit(2);
-        }
-    };
-    if let Some(why) = testkit::node_vm::skip_reason() {
-        eprintln!("footprint-vm: cannot run: {why}");
-        std::process::exit(2);
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    if let Err(e) = rt.block_on(bench(s)) {
-        eprintln!("footprint-vm: FAILED: {e:#}");
-        std::process::exit(1);
-    }
+    testkit::node_vm::bench_main("footprint-vm", Settings::from_env(), bench);
 }

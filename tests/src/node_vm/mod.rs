@@ -63,6 +63,37 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The `main` of a bench on the node VMs (`cargo bench` passes `--bench`;
+/// nothing else is read from the command line): settings from the
+/// environment (exit 2 on a bad one), exit 2 where the tier cannot run
+/// ([`skip_reason`]), else `bench` on a 2-thread runtime (exit 1 when it
+/// fails). `name` prefixes every line it prints.
+pub fn bench_main<S, Fut>(name: &str, settings: anyhow::Result<S>, bench: impl FnOnce(S) -> Fut)
+where
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let s = match settings {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{name}: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    if let Some(why) = skip_reason() {
+        eprintln!("{name}: cannot run: {why}");
+        std::process::exit(2);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(bench(s)) {
+        eprintln!("{name}: FAILED: {e:#}");
+        std::process::exit(1);
+    }
+}
+
 /// Why the real-node tier cannot run here, if it cannot: only a machine
 /// without qemu at all skips. Everything else is a failure.
 pub fn skip_reason() -> Option<String> {
