@@ -284,14 +284,35 @@ impl DeclaredLimits {
     /// Sum of the declared limits of `names`; `None` if one has none (or is
     /// not in the template: an injected sidecar).
     pub fn total_of<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Option<Millis> {
-        names
-            .into_iter()
-            .map(|n| self.containers.get(n).copied().flatten())
-            .sum()
+        limits_total(names, |n| self.containers.get(n).copied())
     }
 }
 
+/// The one rule of a declared total: the sum of what `limit_of` says of each
+/// of `names`, `None` when a name is not there (`None`) or has no limit
+/// (`Some(None)`).
+fn limits_total<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    limit_of: impl Fn(&str) -> Option<Option<Millis>>,
+) -> Option<Millis> {
+    names.into_iter().map(|n| limit_of(n).flatten()).sum()
+}
+
 impl PodView {
+    /// [`DeclaredLimits::total_of`] of this pod's own spec as it is now,
+    /// read in place (the policy asks it per pod per tick: no map is made).
+    pub fn own_limits_total_of<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> Option<Millis> {
+        limits_total(names, |n| {
+            self.containers
+                .iter()
+                .find(|c| &*c.name == n)
+                .map(|c| c.resources.cpu_limit)
+        })
+    }
+
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }
@@ -367,6 +388,34 @@ pub fn compute_qos(containers: &[ContainerSpec], pod: Option<&Resources>) -> Qos
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The in-place total and the map's agree: limited containers sum, a
+    /// container without a limit or not in the spec leaves it unknown.
+    #[test]
+    fn own_limits_total_reads_as_the_declared_limits_map_does() {
+        use crate::testkit::{PodBuilder, container, cpu};
+        let pod = PodBuilder::new("ns", "p", "u")
+            .containers(vec![
+                container("a", cpu(Some(100), Some(300))),
+                container("b", cpu(Some(100), Some(200))),
+                container("free", cpu(Some(100), None)),
+            ])
+            .build();
+        let map = DeclaredLimits::of(&pod);
+        for names in [
+            &["a"][..],
+            &["a", "b"],
+            &["a", "free"],
+            &["a", "sidecar"],
+            &[],
+        ] {
+            let own = pod.own_limits_total_of(names.iter().copied());
+            assert_eq!(own, map.total_of(names.iter().copied()), "{names:?}");
+        }
+        assert_eq!(pod.own_limits_total_of(["a", "b"]), Some(500));
+        assert_eq!(pod.own_limits_total_of(["a", "free"]), None);
+        assert_eq!(pod.own_limits_total_of(["sidecar"]), None);
+    }
 
     #[test]
     fn qos_is_computed_when_status_lacks_it() {

@@ -321,19 +321,8 @@ pub fn known_declared_limit(
             ManagedShape::PodLevel { .. } => declared.pod,
         };
     }
-    // The pod's own limits, read in place (what `DeclaredLimits::of` would
-    // hold, without making one per pod per tick): a container not in the
-    // spec, or one without a limit, leaves the total unknown.
     match shape {
-        ManagedShape::Containers(cs) => cs
-            .iter()
-            .map(|c| {
-                pod.containers
-                    .iter()
-                    .find(|x| x.name == c.name)
-                    .and_then(|x| x.resources.cpu_limit)
-            })
-            .sum(),
+        ManagedShape::Containers(cs) => pod.own_limits_total_of(cs.iter().map(|c| &*c.name)),
         ManagedShape::PodLevel { .. } => pod.pod_resources.and_then(|r| r.cpu_limit),
     }
 }
