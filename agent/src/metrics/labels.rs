@@ -4,12 +4,25 @@
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
+use crate::model::Name;
 pub use crate::policy::Direction;
+
+/// A label value shared with the pod view it names: a pod's series are
+/// looked up every tick, and a shared name is a reference count, not a copy
+/// of the string.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SharedValue(pub Name);
+
+impl EncodeLabelValue for SharedValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PodLabels {
-    pub namespace: String,
-    pub pod: String,
+    pub namespace: SharedValue,
+    pub pod: SharedValue,
 }
 
 /// `container` is empty for the pod cgroup (the cAdvisor convention).
@@ -185,10 +198,10 @@ pub(super) struct BuildLabels {
     pub(super) version: String,
 }
 
-pub(super) fn pod_labels(namespace: &str, pod: &str) -> PodLabels {
+pub(super) fn pod_labels(namespace: &Name, pod: &Name) -> PodLabels {
     PodLabels {
-        namespace: namespace.to_string(),
-        pod: pod.to_string(),
+        namespace: SharedValue(namespace.clone()),
+        pod: SharedValue(pod.clone()),
     }
 }
 

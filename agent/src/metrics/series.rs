@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::labels::{CgroupLabels, PodLabels, PodState, PodStateLabels, pod_labels};
 use super::registry::Metrics;
-use crate::model::Target;
+use crate::model::{Name, Target};
 
 /// Node-level values of one tick.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -56,7 +56,7 @@ impl Metrics {
     }
 
     /// Sets a managed pod's series. `None` limit/target removes that series.
-    pub fn set_pod(&self, namespace: &str, pod: &str, v: &PodValues) {
+    pub fn set_pod(&self, namespace: &Name, pod: &Name, v: &PodValues) {
         let l = pod_labels(namespace, pod);
         if let Ok(mut i) = self.index.lock()
             && !i.contains_key(&l)
@@ -87,8 +87,13 @@ impl Metrics {
     }
 
     /// Drops a pod's managed-pod series (it became unmanaged), keeping drift.
-    pub fn remove_pod_values(&self, namespace: &str, pod: &str) {
+    /// Asked of every unmanaged pod every tick: a pod the index does not
+    /// hold has no series, and costs one lookup.
+    pub fn remove_pod_values(&self, namespace: &Name, pod: &Name) {
         let l = pod_labels(namespace, pod);
+        if self.index.lock().is_ok_and(|i| !i.contains_key(&l)) {
+            return;
+        }
         for f in [
             &self.pod_request,
             &self.pod_limit,
@@ -101,7 +106,7 @@ impl Metrics {
     }
 
     /// Drops every series of a pod (it left the node).
-    pub fn remove_pod(&self, namespace: &str, pod: &str) {
+    pub fn remove_pod(&self, namespace: &Name, pod: &Name) {
         self.remove_pod_values(namespace, pod);
         let l = pod_labels(namespace, pod);
         let containers = self
@@ -111,8 +116,8 @@ impl Metrics {
             .unwrap_or_default();
         for container in containers.into_iter().flatten() {
             self.drift.remove(&CgroupLabels {
-                namespace: l.namespace.clone(),
-                pod: l.pod.clone(),
+                namespace: l.namespace.0.to_string(),
+                pod: l.pod.0.to_string(),
                 container,
             });
         }
@@ -125,18 +130,18 @@ impl Metrics {
         let gone: Vec<PodLabels> = match self.index.lock() {
             Ok(i) => i
                 .keys()
-                .filter(|l| !live.contains(&(l.namespace.as_str(), l.pod.as_str())))
+                .filter(|l| !live.contains(&(&*l.namespace.0, &*l.pod.0)))
                 .cloned()
                 .collect(),
             Err(_) => return,
         };
         for l in gone {
-            self.remove_pod(&l.namespace, &l.pod);
+            self.remove_pod(&l.namespace.0, &l.pod.0);
         }
     }
 
     /// Sets (1) or removes the drift gauge of one cgroup of a pod.
-    pub fn set_drift(&self, namespace: &str, pod: &str, target: &Target, drifting: bool) {
+    pub fn set_drift(&self, namespace: &Name, pod: &Name, target: &Target, drifting: bool) {
         let l = CgroupLabels {
             namespace: namespace.to_string(),
             pod: pod.to_string(),
@@ -160,7 +165,7 @@ impl Metrics {
 
     /// Replaces the pods-by-state gauge with this tick's counts.
     /// `unmanaged` maps reason → number of pods.
-    pub fn set_pod_states(&self, managed: usize, unmanaged: &HashMap<String, usize>) {
+    pub fn set_pod_states(&self, managed: usize, unmanaged: &HashMap<&str, usize>) {
         self.pods.clear();
         self.pods
             .get_or_create(&PodStateLabels {
@@ -172,7 +177,7 @@ impl Metrics {
             self.pods
                 .get_or_create(&PodStateLabels {
                     state: PodState::unmanaged,
-                    reason: reason.clone(),
+                    reason: (*reason).to_string(),
                 })
                 .set(*n as i64);
         }

@@ -97,8 +97,8 @@ fn filled() -> Arc<Metrics> {
         contention_ratio: 0.05,
     });
     m.set_pod(
-        "ns",
-        "web",
+        &"ns".into(),
+        &"web".into(),
         &PodValues {
             request_millicores: 200.0,
             limit_millicores: Some(800.0),
@@ -112,13 +112,15 @@ fn filled() -> Arc<Metrics> {
     m.resize(ResizeResult::refused, Direction::Lower);
     m.resize_verified(Direction::Raise, 1.5);
     m.patch_error(PatchErrorClass::conflict);
-    m.set_drift("ns", "web", &Target::Container("app".into()), true);
-    m.set_drift("ns", "web", &Target::Pod, true);
-    m.drift_detected(&Target::Pod);
-    m.set_pod_states(
-        3,
-        &HashMap::from_iter([("not-burstable".to_string(), 2usize)]),
+    m.set_drift(
+        &"ns".into(),
+        &"web".into(),
+        &Target::Container("app".into()),
+        true,
     );
+    m.set_drift(&"ns".into(), &"web".into(), &Target::Pod, true);
+    m.drift_detected(&Target::Pod);
+    m.set_pod_states(3, &HashMap::from_iter([("not-burstable", 2usize)]));
     m.scan_duration.observe(0.001);
     m
 }
@@ -235,8 +237,8 @@ async fn openmetrics_is_served_when_asked_for() {
 #[tokio::test]
 async fn vanished_pod_drops_its_series() {
     let m = filled();
-    m.set_pod("ns", "other", &PodValues::default());
-    m.remove_pod("ns", "web");
+    m.set_pod(&"ns".into(), &"other".into(), &PodValues::default());
+    m.remove_pod(&"ns".into(), &"web".into());
     let (addr, _stop) = start(m.clone(), Arc::new(Readiness::default())).await;
     let s = parse(&get(addr, "/metrics", None).await.body);
     let web = [("pod", "web")];
@@ -266,9 +268,9 @@ async fn vanished_pod_drops_its_series() {
 #[test]
 fn retain_pods_sweeps_pods_not_live() {
     let m = Metrics::new("t");
-    m.set_pod("a", "keep", &PodValues::default());
-    m.set_pod("a", "gone", &PodValues::default());
-    m.set_drift("a", "gone2", &Target::Pod, true);
+    m.set_pod(&"a".into(), &"keep".into(), &PodValues::default());
+    m.set_pod(&"a".into(), &"gone".into(), &PodValues::default());
+    m.set_drift(&"a".into(), &"gone2".into(), &Target::Pod, true);
     m.retain_pods(&HashSet::from_iter([("a", "keep")]));
     let s = parse(&m.encode_prometheus());
     assert_eq!(
@@ -281,17 +283,17 @@ fn retain_pods_sweeps_pods_not_live() {
 #[test]
 fn cleared_drift_removes_the_gauge_and_unset_limit_removes_its_series() {
     let m = Metrics::new("t");
-    m.set_drift("a", "p", &Target::Pod, true);
-    m.set_drift("a", "p", &Target::Pod, false);
+    m.set_drift(&"a".into(), &"p".into(), &Target::Pod, true);
+    m.set_drift(&"a".into(), &"p".into(), &Target::Pod, false);
     m.set_pod(
-        "a",
-        "p",
+        &"a".into(),
+        &"p".into(),
         &PodValues {
             limit_millicores: Some(500.0),
             ..Default::default()
         },
     );
-    m.set_pod("a", "p", &PodValues::default());
+    m.set_pod(&"a".into(), &"p".into(), &PodValues::default());
     let s = parse(&m.encode_prometheus());
     assert!(find(&s, "headroom_cgroup_drift", &[]).is_empty());
     assert!(find(&s, "headroom_pod_cpu_limit_millicores", &[]).is_empty());

@@ -54,9 +54,9 @@ pub(super) fn export(
         .iter()
         .map(|p| (&p.id, p.throttled_ratio))
         .collect();
-    let mut unmanaged: HashMap<String, usize> = HashMap::new();
+    let mut unmanaged: HashMap<&'static str, usize> = HashMap::new();
     if unreadable > 0 {
-        unmanaged.insert("unreadable".into(), unreadable);
+        unmanaged.insert("unreadable", unreadable);
     }
     let mut managed = 0;
     // Decisions come in the order of the views they were made for
@@ -80,7 +80,7 @@ pub(super) fn export(
                 );
             }
             Verdict::Unmanaged { reason, .. } => {
-                *unmanaged.entry(reason.reason().to_string()).or_default() += 1;
+                *unmanaged.entry(reason.reason()).or_default() += 1;
                 metrics.remove_pod_values(&d.namespace, &d.name);
             }
         }
