@@ -281,6 +281,17 @@ impl DeclaredLimits {
         }
     }
 
+    /// Whether these are the limits in `v`'s spec as they are now (what
+    /// [`Self::of`] would make), told in place: asked of every Burstable pod
+    /// every tick, it makes no map.
+    pub fn is_of(&self, v: &PodView) -> bool {
+        self.pod == v.pod_resources.and_then(|r| r.cpu_limit)
+            && self.containers.len() == v.containers.len()
+            && v.containers
+                .iter()
+                .all(|c| self.containers.get(&*c.name) == Some(&c.resources.cpu_limit))
+    }
+
     /// Sum of the declared limits of `names`; `None` if one has none (or is
     /// not in the template: an injected sidecar).
     pub fn total_of<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Option<Millis> {
@@ -415,6 +426,47 @@ mod tests {
         assert_eq!(pod.own_limits_total_of(["a", "b"]), Some(500));
         assert_eq!(pod.own_limits_total_of(["a", "free"]), None);
         assert_eq!(pod.own_limits_total_of(["sidecar"]), None);
+    }
+
+    /// `is_of` says what comparing with a fresh `of` says: equal for the
+    /// spec it was made from, unequal after any limit, the pod-level limit,
+    /// or the set of containers changed.
+    #[test]
+    fn declared_limits_are_told_in_place_as_a_fresh_map_tells_them() {
+        use crate::testkit::{PodBuilder, container, cpu};
+        let base = PodBuilder::new("ns", "p", "u")
+            .containers(vec![
+                container("a", cpu(Some(100), Some(300))),
+                container("free", cpu(Some(100), None)),
+            ])
+            .build();
+        let d = DeclaredLimits::of(&base);
+        let mut raised = base.clone();
+        raised.containers[0].resources.cpu_limit = Some(400);
+        let mut limited = base.clone();
+        limited.containers[1].resources.cpu_limit = Some(50);
+        let mut fewer = base.clone();
+        fewer.containers.pop();
+        let mut more = base.clone();
+        more.containers
+            .push(container("b", cpu(Some(100), Some(300))));
+        let mut renamed = base.clone();
+        renamed.containers[1].name = "other".into();
+        let mut pod_level = base.clone();
+        pod_level.pod_resources = Some(cpu(Some(200), Some(600)));
+        for (what, v) in [
+            ("same", &base),
+            ("raised", &raised),
+            ("limited", &limited),
+            ("fewer", &fewer),
+            ("more", &more),
+            ("renamed", &renamed),
+            ("pod-level", &pod_level),
+        ] {
+            assert_eq!(d.is_of(v), DeclaredLimits::of(v) == d, "{what}");
+        }
+        assert!(d.is_of(&base));
+        assert!(!d.is_of(&raised));
     }
 
     #[test]

@@ -50,10 +50,9 @@ impl Templates {
         let mut reads = 0;
         for v in views.iter().filter(|v| v.qos == Qos::Burstable) {
             if !v.limits_set_by_headroom {
-                let d = DeclaredLimits::of(v);
                 let known = records.get(&v.uid).and_then(|r| r.declared());
-                if known != Some(&d) {
-                    records.entry(&v.uid).declare(d);
+                if !known.is_some_and(|d| d.is_of(v)) {
+                    records.entry(&v.uid).declare(DeclaredLimits::of(v));
                 }
                 continue;
             }
