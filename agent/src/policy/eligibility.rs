@@ -179,6 +179,10 @@ impl Serialize for Unmanaged {
     }
 }
 
+/// A managed pod's containers, in line up to two (the usual app, or app and
+/// sidecar): asked of every pod every tick, so no list is allocated for them.
+pub type ManagedContainers = smallvec::SmallVec<[ManagedContainer; 2]>;
+
 /// A container whose CPU limit Headroom sets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagedContainer {
@@ -249,7 +253,7 @@ impl Eligibility {
 pub enum ManagedShape {
     /// Container limits (no pod-level CPU). Containers not listed have no
     /// CPU limit and are left unlimited.
-    Containers(Vec<ManagedContainer>),
+    Containers(ManagedContainers),
     /// Only `spec.resources.limits.cpu`; container limits are never touched.
     PodLevel {
         /// Pod-level CPU request (> 0).
@@ -387,7 +391,7 @@ fn pod_level_shape(
 }
 
 fn container_shape(pod: &PodView, adopt: bool) -> Result<ManagedShape, Unmanaged> {
-    let mut managed = Vec::new();
+    let mut managed = ManagedContainers::new();
     for c in &pod.containers {
         let r = c.resources;
         let take = r.cpu_limit.is_some() || (adopt && r.cpu_request.is_some_and(|q| q > 0));

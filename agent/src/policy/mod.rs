@@ -144,6 +144,9 @@ pub enum Verdict {
     },
 }
 
+/// A managed pod's container targets of one round.
+pub type ContainerDecisions = smallvec::SmallVec<[ContainerDecision; 2]>;
+
 /// How a managed pod's limit is set this round.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ManagedDecision {
@@ -161,8 +164,9 @@ pub struct ManagedDecision {
     /// `target − request`: this pod's share of the slack.
     pub share_m: Millis,
     pub target_m: Millis,
-    /// Container split (container-level pods only).
-    pub containers: Vec<ContainerDecision>,
+    /// Container split (container-level pods only), in line up to two
+    /// (see [`eligibility::ManagedContainers`]).
+    pub containers: ContainerDecisions,
 }
 
 impl Decision {
@@ -373,7 +377,7 @@ pub fn decide_with(
 ) -> (NodeDecision, Vec<Decision>) {
     let q = cfg.quantum_m.max(1);
     let mut decisions = Vec::with_capacity(pods.len());
-    let mut managed = Vec::new();
+    let mut managed = Vec::with_capacity(pods.len());
     for (index, p) in pods.iter().enumerate() {
         let pod = p.pod;
         let asked;
@@ -425,7 +429,7 @@ pub fn decide_with(
                     // Water-filled below, once every pod is known.
                     share_m: 0,
                     target_m: floor.floor_m,
-                    containers: Vec::new(),
+                    containers: ContainerDecisions::new(),
                 };
                 managed.push(Managed {
                     index,
@@ -515,7 +519,7 @@ pub fn decide_with(
         plan.share_m = target.saturating_sub(d.request_m);
         allocated = allocated.saturating_add(plan.share_m);
         if let ManagedShape::Containers(cs) = &m.shape {
-            let requests: Vec<Millis> = cs.iter().map(|c| c.request_m).collect();
+            let requests: split::Parts = cs.iter().map(|c| c.request_m).collect();
             let parts = split::split(target, &requests, q);
             plan.containers = cs
                 .iter()

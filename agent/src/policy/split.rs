@@ -1,6 +1,12 @@
 //! Split of a pod's managed total over its managed containers.
 
+use smallvec::SmallVec;
+
 use crate::model::Millis;
+
+/// One part per container, in line up to two (see
+/// [`super::eligibility::ManagedContainers`]).
+pub type Parts = SmallVec<[Millis; 2]>;
 
 /// Splits `total_m` over containers with the given CPU requests.
 ///
@@ -10,10 +16,10 @@ use crate::model::Millis;
 /// quantum grid) goes to the container with the largest request. Every
 /// container gets at least its request, and the parts add up to
 /// `max(total_m, Σ requests)`.
-pub fn split(total_m: Millis, requests_m: &[Millis], quantum_m: Millis) -> Vec<Millis> {
+pub fn split(total_m: Millis, requests_m: &[Millis], quantum_m: Millis) -> Parts {
     let q = quantum_m.max(1);
     let sum: Millis = requests_m.iter().sum();
-    let mut out: Vec<Millis> = requests_m.to_vec();
+    let mut out: Parts = requests_m.into();
     if out.is_empty() || total_m <= sum {
         return out;
     }
@@ -38,7 +44,7 @@ pub fn split(total_m: Millis, requests_m: &[Millis], quantum_m: Millis) -> Vec<M
     }
     let total_w = u128::from(sum);
     let mut given: u128 = 0;
-    let mut rema: Vec<(u128, usize)> = Vec::with_capacity(out.len());
+    let mut rema: SmallVec<[(u128, usize); 2]> = SmallVec::with_capacity(out.len());
     for (i, (o, r)) in out.iter_mut().zip(requests_m).enumerate() {
         let num = quanta * u128::from(*r);
         let k = num / total_w;
@@ -61,21 +67,21 @@ mod tests {
 
     #[test]
     fn proportional_to_requests() {
-        assert_eq!(split(800, &[100, 300], 10), vec![200, 600]);
+        assert_eq!(split(800, &[100, 300], 10).as_slice(), [200, 600]);
     }
 
     #[test]
     fn parts_add_up_and_stay_on_the_grid() {
         let parts = split(1000, &[100, 100, 100], 10);
         assert_eq!(parts.iter().sum::<Millis>(), 1000);
-        assert_eq!(parts, vec![340, 330, 330]);
+        assert_eq!(parts.as_slice(), [340, 330, 330]);
     }
 
     #[test]
     fn off_grid_remainder_goes_to_the_largest_request() {
         // Learned floor 357 over requests 100 + 200.
         let parts = split(357, &[100, 200], 10);
-        assert_eq!(parts, vec![120, 237]);
+        assert_eq!(parts.as_slice(), [120, 237]);
     }
 
     #[test]
@@ -89,12 +95,12 @@ mod tests {
 
     #[test]
     fn total_below_requests_returns_requests() {
-        assert_eq!(split(50, &[100, 200], 10), vec![100, 200]);
+        assert_eq!(split(50, &[100, 200], 10).as_slice(), [100, 200]);
     }
 
     #[test]
     fn one_quantum_over_requests_lifts_exactly_one_container() {
         let parts = split(210, &[100, 100], 10);
-        assert_eq!(parts, vec![110, 100]);
+        assert_eq!(parts.as_slice(), [110, 100]);
     }
 }
