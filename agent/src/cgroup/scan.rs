@@ -190,7 +190,7 @@ impl Scanner {
         let mut r = self.reader(kp);
         r.issues = root_issues;
         let kubepods = r.counters(&index.kubepods).map_err(ScanError::Kubepods)?;
-        let mut pods = Vec::new();
+        let mut pods = Vec::with_capacity(index.pods.len() + new.len());
         for p in &index.pods {
             let d = depth(p, &kubepods);
             if d == Depth::Skip {

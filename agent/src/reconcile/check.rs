@@ -51,12 +51,14 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 drift_events.extend(drift.observe_pod(&a.uid, &a.mismatches, now, grace));
             }
         }
-        let live: HashSet<&Uid> = obs
-            .views
-            .iter()
-            .filter(|v| v.is_running() && !v.terminating)
-            .map(|v| &v.uid)
-            .collect();
+        let mut live: HashSet<&Uid> =
+            HashSet::with_capacity_and_hasher(obs.views.len(), Default::default());
+        live.extend(
+            obs.views
+                .iter()
+                .filter(|v| v.is_running() && !v.terminating)
+                .map(|v| &v.uid),
+        );
         for (uid, r) in self.records.iter_mut() {
             if !live.contains(uid) {
                 drift_events.extend(r.drift_mut().forget(uid));

@@ -234,12 +234,16 @@ fn pod_pressure(p: &PodCgroup) -> Option<Pressure> {
 /// still owed a share, two managed busy pods on the real nodes, each resize
 /// taking tens of seconds to apply there, lowered each other in turn.)
 pub fn managed<'a>(views: &'a [PodView], eligible: &Eligibility) -> HashSet<&'a CgroupPodId> {
-    views
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| eligible.is_headrooms(i))
-        .map(|(_, v)| &v.cgroup_id)
-        .collect()
+    // Sized once: a set grown by a filter's inserts rehashes log(n) times.
+    let mut set = HashSet::with_capacity_and_hasher(views.len(), Default::default());
+    set.extend(
+        views
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| eligible.is_headrooms(i))
+            .map(|(_, v)| &v.cgroup_id),
+    );
+    set
 }
 
 /// Cgroup pod id → CPU request of each pod, as [`attribute`] takes them.
