@@ -139,15 +139,45 @@ fn uid(i: usize) -> String {
     format!("5f0c1a2b-3c4d-4e5f-8a9b-{i:012x}")
 }
 
-fn container_id(i: usize, pause: bool) -> String {
-    format!("{:064x}", (i as u128) << 1 | u128::from(pause))
+/// Container `k` of pod `i`; the pause container is `k = 15`.
+fn container_id(i: usize, k: usize) -> String {
+    format!("{:064x}", (i as u128) << 4 | k as u128)
 }
 
-/// Pod `ns/p{i}`, request 100m, limit 400m: for an even `i` opted in and
-/// already at its ceiling on an idle node (4 × request), nothing to change;
-/// for an odd `i` not opted in (most pods of a node are not).
+const PAUSE: usize = 15;
+
+/// Pod `i`'s containers: three for every fourth pod (an app and two
+/// sidecars, each limited), else one.
+fn containers(i: usize) -> &'static [&'static str] {
+    if i % 4 == 2 {
+        &["app", "side-a", "side-b"]
+    } else {
+        &["app"]
+    }
+}
+
+/// Pod `ns/p{i}`, each container request 100m, limit 400m: for an even `i`
+/// opted in and already at its ceiling on an idle node (4 × request),
+/// nothing to change; for an odd `i` not opted in (most pods of a node are
+/// not).
 fn pod(i: usize) -> Pod {
     let res = json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "400m"}});
+    let specs: Vec<_> = containers(i)
+        .iter()
+        .map(|name| {
+            json!({"name": name, "image": "i", "resources": res,
+                "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}]})
+        })
+        .collect();
+    let statuses: Vec<_> = containers(i)
+        .iter()
+        .enumerate()
+        .map(|(k, name)| {
+            json!({"name": name, "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0, "containerID": format!("containerd://{}", container_id(i, k)),
+                "state": {"running": {}}, "resources": res})
+        })
+        .collect();
     let annotations = if i.is_multiple_of(2) {
         json!({"headroom.dev/managed": "true"})
     } else {
@@ -156,13 +186,9 @@ fn pod(i: usize) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": format!("p{i}"), "namespace": "ns", "uid": uid(i),
             "generation": 1, "resourceVersion": "1", "annotations": annotations},
-        "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "i",
-            "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
-            "resources": res}]},
+        "spec": {"nodeName": NODE, "containers": specs},
         "status": {"phase": "Running", "qosClass": "Burstable", "observedGeneration": 1,
-            "containerStatuses": [{"name": "app", "image": "i", "imageID": "", "ready": true,
-                "restartCount": 0, "containerID": format!("containerd://{}", container_id(i, false)),
-                "state": {"running": {}}, "resources": res}]}
+            "containerStatuses": statuses}
     }))
     .expect("pod")
 }
@@ -173,8 +199,8 @@ struct Node {
     clock: Arc<AtomicU64>,
 }
 
-/// A 64-CPU node with `n` pods, half of them managed and at their ceiling,
-/// nothing busy.
+/// A 64-CPU node with `n` pods, half of them managed and at their ceiling
+/// (a quarter of those with three containers), nothing busy.
 fn node(n: usize) -> Node {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path().to_path_buf();
@@ -196,10 +222,13 @@ fn node(n: usize) -> Node {
             "kubepods-burstable-pod{}.slice",
             uid(i).replace('-', "_")
         ));
-        cgroup(&dir, "40000 100000");
-        let app = format!("cri-containerd-{}.scope", container_id(i, false));
-        cgroup(&dir.join(app), "40000 100000");
-        let pause = format!("cri-containerd-{}.scope", container_id(i, true));
+        let n = containers(i).len();
+        cgroup(&dir, &format!("{} 100000", n * 40_000));
+        for k in 0..n {
+            let c = format!("cri-containerd-{}.scope", container_id(i, k));
+            cgroup(&dir.join(c), "40000 100000");
+        }
+        let pause = format!("cri-containerd-{}.scope", container_id(i, PAUSE));
         cgroup(&dir.join(pause), "max 100000");
         writer.apply_watcher_event(&watcher::Event::Apply(pod(i)));
     }
@@ -261,8 +290,16 @@ async fn steady_tick_allocs(node: &mut Node, warm: usize) -> u64 {
         "half are managed"
     );
     assert!(
-        managed.iter().all(|d| d.target_m() == Some(400)),
+        managed
+            .iter()
+            .all(|d| d.target_m() == d.managed().map(|m| m.ceiling_m)),
         "every managed pod stays at its ceiling"
+    );
+    assert!(
+        managed
+            .iter()
+            .any(|d| d.managed().is_some_and(|m| m.containers.len() == 3)),
+        "some manage three containers"
     );
     ALLOCS.load(Ordering::SeqCst)
 }

@@ -179,9 +179,9 @@ impl Serialize for Unmanaged {
     }
 }
 
-/// A managed pod's containers, in line up to two (the usual app, or app and
-/// sidecar): asked of every pod every tick, so no list is allocated for them.
-pub type ManagedContainers = smallvec::SmallVec<[ManagedContainer; 2]>;
+/// A managed pod's containers, in line up to four (an app, or an app and its
+/// sidecars): asked of every pod every tick, so no list is allocated for them.
+pub type ManagedContainers = smallvec::SmallVec<[ManagedContainer; 4]>;
 
 /// A container whose CPU limit Headroom sets.
 #[derive(Debug, Clone, PartialEq, Eq)]

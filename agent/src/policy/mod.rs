@@ -145,7 +145,7 @@ pub enum Verdict {
 }
 
 /// A managed pod's container targets of one round.
-pub type ContainerDecisions = smallvec::SmallVec<[ContainerDecision; 2]>;
+pub type ContainerDecisions = smallvec::SmallVec<[ContainerDecision; 4]>;
 
 /// How a managed pod's limit is set this round.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,7 +164,7 @@ pub struct ManagedDecision {
     /// `target − request`: this pod's share of the slack.
     pub share_m: Millis,
     pub target_m: Millis,
-    /// Container split (container-level pods only), in line up to two
+    /// Container split (container-level pods only), in line up to four
     /// (see [`eligibility::ManagedContainers`]).
     pub containers: ContainerDecisions,
 }

@@ -4,9 +4,9 @@ use smallvec::SmallVec;
 
 use crate::model::Millis;
 
-/// One part per container, in line up to two (see
+/// One part per container, in line up to four (see
 /// [`super::eligibility::ManagedContainers`]).
-pub type Parts = SmallVec<[Millis; 2]>;
+pub type Parts = SmallVec<[Millis; 4]>;
 
 /// Splits `total_m` over containers with the given CPU requests.
 ///
@@ -44,7 +44,7 @@ pub fn split(total_m: Millis, requests_m: &[Millis], quantum_m: Millis) -> Parts
     }
     let total_w = u128::from(sum);
     let mut given: u128 = 0;
-    let mut rema: SmallVec<[(u128, usize); 2]> = SmallVec::with_capacity(out.len());
+    let mut rema: SmallVec<[(u128, usize); 4]> = SmallVec::with_capacity(out.len());
     for (i, (o, r)) in out.iter_mut().zip(requests_m).enumerate() {
         let num = quanta * u128::from(*r);
         let k = num / total_w;
