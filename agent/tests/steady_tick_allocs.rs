@@ -8,9 +8,10 @@
 //! thread while armed; it is this binary's only test, so no other test's
 //! allocations land in the count. Counts, not times.
 //!
-//! When it fails, `HEADROOM_ALLOC_TRACE=1 cargo test -p headroom-agent --test
+//! When it fails, `HEADROOM_ALLOC_TRACE=0 cargo test -p headroom-agent --test
 //! steady_tick_allocs -- --nocapture` prints where each allocation of the
-//! larger node's tick came from (the agent's frames of its backtrace).
+//! larger node's tick came from (the agent's frames of its backtrace);
+//! `HEADROOM_ALLOC_TRACE=4096` only those of 4 KiB or more.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::backtrace::Backtrace;
@@ -40,6 +41,8 @@ struct Counting;
 static ARMED: AtomicBool = AtomicBool::new(false);
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 static TRACE: AtomicBool = AtomicBool::new(false);
+/// Traced allocations are those of at least this many bytes.
+static TRACE_MIN: AtomicU64 = AtomicU64::new(0);
 static TRACES: Mutex<Vec<Backtrace>> = Mutex::new(Vec::new());
 
 thread_local! {
@@ -47,7 +50,7 @@ thread_local! {
     static IN_TRACE: Cell<bool> = const { Cell::new(false) };
 }
 
-fn counted() {
+fn counted(size: usize) {
     if !ARMED.load(Ordering::Relaxed) {
         return;
     }
@@ -55,7 +58,7 @@ fn counted() {
         return;
     }
     ALLOCS.fetch_add(1, Ordering::Relaxed);
-    if TRACE.load(Ordering::Relaxed) {
+    if TRACE.load(Ordering::Relaxed) && size as u64 >= TRACE_MIN.load(Ordering::Relaxed) {
         IN_TRACE.with(|t| t.set(true));
         let bt = Backtrace::force_capture();
         TRACES.lock().unwrap_or_else(|e| e.into_inner()).push(bt);
@@ -68,7 +71,7 @@ fn counted() {
 // allocations out of the count.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        counted();
+        counted(l.size());
         // SAFETY: as the caller's.
         unsafe { System.alloc(l) }
     }
@@ -77,7 +80,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        counted();
+        counted(n);
         // SAFETY: as the caller's.
         unsafe { System.realloc(p, l, n) }
     }
@@ -333,10 +336,12 @@ async fn a_steady_tick_allocates_nothing_per_pod() {
     let mut small = node(20);
     let few = steady_tick_allocs(&mut small, 4).await;
     let mut large = node(120);
-    TRACE.store(
-        std::env::var_os("HEADROOM_ALLOC_TRACE").is_some(),
-        Ordering::SeqCst,
-    );
+    // HEADROOM_ALLOC_TRACE=<bytes>: only allocations at least that large.
+    if let Some(min) = std::env::var_os("HEADROOM_ALLOC_TRACE") {
+        let min = min.to_str().and_then(|m| m.parse().ok()).unwrap_or(0);
+        TRACE_MIN.store(min, Ordering::SeqCst);
+        TRACE.store(true, Ordering::SeqCst);
+    }
     let many = steady_tick_allocs(&mut large, 4).await;
     TRACE.store(false, Ordering::SeqCst);
     print_traces();
