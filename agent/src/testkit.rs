@@ -14,6 +14,8 @@
 //! assert_eq!(p.cpu_request(), 100);
 //! ```
 
+pub mod calm_node;
+
 use std::collections::BTreeMap;
 
 use crate::model::{
