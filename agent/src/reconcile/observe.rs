@@ -225,7 +225,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             &prev,
             &snap,
             &views,
-            &eligible,
+            &managed,
             signal::Inputs {
                 capacity: cap,
                 thresholds: self.thresholds(),

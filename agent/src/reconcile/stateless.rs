@@ -69,7 +69,7 @@ pub fn round_between(
         prev,
         cur,
         node.views,
-        &eligible,
+        &signal::contention::managed(node.views, &eligible),
         signal::Inputs {
             capacity,
             thresholds: Thresholds {

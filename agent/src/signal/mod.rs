@@ -9,11 +9,10 @@ pub mod contention;
 pub mod shared_pool;
 pub mod usage;
 
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 
 use crate::cgroup::{self, NodeSnapshot, PodCgroup};
 use crate::model::{CgroupPodId, PodView};
-use crate::policy::Eligibility;
 use contention::{Contention, Thresholds};
 use usage::{CapacityInputs, NodeUsage};
 
@@ -41,25 +40,25 @@ pub struct Inputs<'a> {
     pub older: Option<&'a NodeSnapshot>,
 }
 
-/// The signal between `prev` and `cur` for `views`, whose eligibility this
-/// tick is `eligible` (in the same order). A counter that went backwards
-/// shows in `usage.usage_basis`; the caller decides whether to use such an
-/// interval (the agent skips it).
+/// The signal between `prev` and `cur` for `views`, of which `managed` are
+/// Headroom's this tick ([`contention::managed`] of the tick's eligibility:
+/// the tick has it already, having chosen by it which pods to read). A
+/// counter that went backwards shows in `usage.usage_basis`; the caller
+/// decides whether to use such an interval (the agent skips it).
 pub fn between(
     prev: &NodeSnapshot,
     cur: &NodeSnapshot,
     views: &[PodView],
-    eligible: &Eligibility,
+    managed: &HashSet<&CgroupPodId>,
     inputs: Inputs<'_>,
 ) -> Signal {
     let usage = usage::measure_with(prev, cur, inputs.capacity, inputs.older);
-    let managed = contention::managed(views, eligible);
     let contention = contention::attribute(
         prev,
         cur,
         &usage,
         &contention::requests(views),
-        &managed,
+        managed,
         inputs.earlier,
         inputs.thresholds,
     );
