@@ -15,6 +15,7 @@
 //! ```
 
 pub mod calm_node;
+pub mod cgroup_tree;
 
 use std::collections::BTreeMap;
 

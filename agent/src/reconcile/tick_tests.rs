@@ -27,14 +27,13 @@ use crate::kube::watch::Caches;
 use crate::metrics::Metrics;
 use crate::model::{ContainerKind, DeclaredLimits, Millis, OwnerRef, Uid};
 use crate::policy::PolicyConfig;
+use crate::testkit::cgroup_tree::{cgroup, cpu_stat, write};
 use crate::verify::InflightResize;
 
 const NODE: &str = "n1";
 const UID: &str = "5f0c1a2b-3c4d-4e5f-8a9b-0c1d2e3f4a5b";
 const APP: &str = "0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e";
 const PAUSE: &str = "9f8e7d6c5b4a39281706f5e4d3c2b1a09f8e7d6c5b4a39281706f5e4d3c2b1a0";
-const PSI_IDLE: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
-                        full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
 const QOS_REFUSAL: &str =
     "Pod \"web\" is invalid: spec: Forbidden: Pod QOS Class may not change as a result of resizing";
 
@@ -104,25 +103,6 @@ impl EventApi for FakeEvents {
             .push((ev.type_, ev.reason.clone(), note));
         Ok(())
     }
-}
-
-fn write(dir: &Path, file: &str, text: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join(file), text).unwrap();
-}
-
-fn cpu_stat(usage_usec: u64) -> String {
-    format!(
-        "usage_usec {usage_usec}\nuser_usec {usage_usec}\nsystem_usec 0\n\
-         nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"
-    )
-}
-
-/// A cgroup with its `cpu.max`, an idle `cpu.stat` and `cpu.pressure`.
-fn cgroup(dir: &Path, cpu_max: &str) {
-    write(dir, "cpu.max", &format!("{cpu_max}\n"));
-    write(dir, "cpu.stat", &cpu_stat(0));
-    write(dir, "cpu.pressure", PSI_IDLE);
 }
 
 fn quota(limit_m: Millis) -> String {

@@ -28,10 +28,9 @@ use crate::metrics::Metrics;
 use crate::model::{DeclaredLimits, OwnerRef};
 use crate::policy::PolicyConfig;
 use crate::reconcile::{Agent, Round, Settings};
+use crate::testkit::cgroup_tree::{self, cpu_stat, write};
 
 const NODE: &str = "n1";
-const PSI_IDLE: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n\
-                        full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
 /// Container index of the pause container in [`container_id`].
 const PAUSE: usize = 15;
 
@@ -141,22 +140,10 @@ impl CalmNode {
     }
 }
 
-fn write(dir: &Path, file: &str, text: &str) {
-    std::fs::create_dir_all(dir).expect("mkdir");
-    std::fs::write(dir.join(file), text).expect("write");
-}
-
-fn cpu_stat(usage_usec: u64) -> String {
-    format!(
-        "usage_usec {usage_usec}\nuser_usec {usage_usec}\nsystem_usec 0\n\
-         nr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"
-    )
-}
-
+/// A cgroup as [`cgroup_tree::cgroup`] writes it, with the `cpu.weight` of a
+/// 100m request (the audit reads it).
 fn cgroup(dir: &Path, cpu_max: &str) {
-    write(dir, "cpu.max", &format!("{cpu_max}\n"));
-    write(dir, "cpu.stat", &cpu_stat(0));
-    write(dir, "cpu.pressure", PSI_IDLE);
+    cgroup_tree::cgroup(dir, cpu_max);
     write(dir, "cpu.weight", "4\n");
 }
 
