@@ -18,6 +18,8 @@ pub const REASON_DRIFT: &str = "CgroupDrift";
 pub const REASON_LOWERING_HELPED: &str = "HeadroomLoweringHelped";
 /// A lowering made for a pod short of CPU bought nothing and is undone.
 pub const REASON_LOWERING_UNDONE: &str = "HeadroomLoweringUndone";
+/// A lowering whose owed pod's own need changed before it could be judged.
+pub const REASON_LOWERING_NEED_CHANGED: &str = "HeadroomLoweringNeedChanged";
 pub const REASON_DRIFT_CLEARED: &str = "CgroupDriftCleared";
 /// Headroom leaves the pod's limits to another writer (`policy::writers`).
 pub const REASON_YIELDED: &str = "HeadroomYielded";

@@ -145,6 +145,8 @@ pub enum LoweringEffect {
     helped,
     /// It did not: the lowering was undone.
     no_effect,
+    /// Its own need changed across the windows: not held, not blocked.
+    need_changed,
     /// Never applied in `cpu.max`, or the owed pod went unread: not judged.
     unjudged,
 }

@@ -71,7 +71,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                 ResizeOutcome::Verified { uid, .. } => (uid, true),
                 ResizeOutcome::Unverified { uid, .. } => (uid, false),
             };
-            judged.extend(self.scan.claims.resize_done(uid, verified));
+            judged.extend(self.scan.claims.resize_done(uid, verified, now));
         }
         self.report_checked(&obs.views, &judged, now).await;
         self.report_drift(&obs.views, drift_events, now).await;

@@ -123,9 +123,11 @@ fn log(view: &PodView, line: &Log) {
             wait_fell_m,
             usage_before_m,
             usage_after_m,
+            window,
+            bar_m,
         } => tracing::info!(
             pod = %pod, %owed, effect = %effect, from_m, to_m, gained_m, wait_fell_m, usage_before_m,
-            usage_after_m = usage_after_m.map_or(-1, |m| m as i64),
+            usage_after_m = usage_after_m.map_or(-1, |m| m as i64), window, bar_m,
             "lowering checked"
         ),
     }

@@ -59,7 +59,10 @@ pub(super) struct ScanState {
     pub claims: Claims,
     /// The last interval's attribution: a marginal wait counts only when it
     /// shows twice in a row (`contention::attribute`).
-    earlier: Contention,
+    pub earlier: Contention,
+    /// The attribution of the interval before `earlier`: a claim opened
+    /// this tick takes the owed pod's sample from it (its before window).
+    pub before_earlier: Contention,
     /// Last full scan: where every pod's cgroup is (shared with the scan
     /// task on the blocking pool).
     pub index: Option<Arc<NodeSnapshot>>,
@@ -93,6 +96,7 @@ impl ScanState {
             held: HeldDemand::default(),
             claims: Claims::default(),
             earlier: Contention::default(),
+            before_earlier: Contention::default(),
             index: None,
             index_ids: HashSet::new(),
             stuck: None,
@@ -160,6 +164,9 @@ impl ScanState {
 enum Want {
     /// Everything (a resize in flight).
     Full,
+    /// Its `cpu.stat` and `cpu.pressure` every tick, whatever the gate (a
+    /// pod a lowering claim follows).
+    Watched,
     /// Its `cpu.stat` every tick (a managed pod); everything contention
     /// needs while kubepods stalls.
     Usage,
@@ -246,9 +253,9 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         }
         log_displaced(&contention, slack.interval_us);
         drop(managed);
-        self.scan.earlier = contention.clone();
+        self.scan.before_earlier = std::mem::replace(&mut self.scan.earlier, contention.clone());
+        let judged = self.step_claims(now, &views, (&prev, &snap), &slack, &contention);
         drop(prev);
-        let judged = self.step_claims(now, &views, &slack, &contention);
         let (fresh_m, fresh_pods) = self.scan.claims.fresh(&contention);
         let demand_m = self.scan.held.update(
             fresh_m,
@@ -281,11 +288,12 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         views: &[PodView],
         managed: &HashSet<&CgroupPodId>,
     ) -> Option<(NodeSnapshot, Option<Arc<NodeSnapshot>>)> {
-        // Pods a lowering was made for are read every tick, like managed
-        // pods, while it is checked and held: their usage is its effect.
+        // Pods a lowering was made for are read every tick, usage and
+        // pressure whatever the gate, while it is checked and held: their
+        // usage and wait are its effect, and an interval not read would
+        // read as no wait at all.
         let claimed: Vec<CgroupPodId> = self.scan.claims.watched().cloned().collect();
-        let mut every_tick = managed.clone();
-        every_tick.extend(claimed.iter());
+        let claimed: HashSet<&CgroupPodId> = claimed.iter().collect();
         // Pods with a resize in flight are read in full (`read_plan`).
         let resizing: HashSet<&CgroupPodId> = views
             .iter()
@@ -300,7 +308,8 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             .read_tree(
                 full,
                 now.as_micros() as u64,
-                &every_tick,
+                managed,
+                &claimed,
                 &resizing,
                 self.scan.unseen(views, full),
             )
@@ -328,34 +337,28 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     }
 
     /// One interval of every open lowering claim ([`effect`]): the owed
-    /// pod's usage and wait this interval (its wait 0 when it was not
-    /// displaced past the least recorded); the verdicts due.
+    /// pod's usage and wait this interval, where both were read (`snaps`:
+    /// the previous and this snapshot); the verdicts due.
     fn step_claims(
         &mut self,
         now: Duration,
         views: &[PodView],
+        snaps: (&NodeSnapshot, &NodeSnapshot),
         slack: &NodeUsage,
         contention: &Contention,
     ) -> Vec<Judged> {
         let live: HashSet<&CgroupPodId> = views.iter().map(|v| &v.cgroup_id).collect();
-        let quiet = Duration::from_secs_f64(self.settings.policy.contention_window_s.max(1.0));
-        self.scan.claims.step(
+        let live_uids: HashSet<&Uid> = views.iter().map(|v| &v.uid).collect();
+        let interval = effect::Interval {
             now,
-            |id| {
-                let usage_m = slack.pods.iter().find(|p| &p.id == id)?.usage_m?;
-                let displaced_m = contention
-                    .displaced
-                    .iter()
-                    .find(|d| &d.id == id)
-                    .map_or(0, |d| d.displaced_m);
-                Some(effect::Sample {
-                    usage_m,
-                    displaced_m,
-                })
-            },
-            |id| !live.contains(id),
-            quiet,
-        )
+            free_m: contention.free_m,
+            quiet: Duration::from_secs_f64(self.settings.policy.contention_window_s.max(1.0)),
+            owed_gone: &|id| !live.contains(id),
+            lowered_gone: &|uid| !live_uids.contains(uid),
+        };
+        self.scan
+            .claims
+            .step(&interval, |id| claim_sample(id, snaps, slack, contention))
     }
 
     /// Runs the scan on the blocking pool: a read that blocks (a hung
@@ -367,6 +370,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         full: bool,
         at_us: u64,
         managed: &HashSet<&CgroupPodId>,
+        claimed: &HashSet<&CgroupPodId>,
         resizing: &HashSet<&CgroupPodId>,
         unseen: Vec<(CgroupPodId, Qos)>,
     ) -> Result<NodeSnapshot, TickError> {
@@ -389,7 +393,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let index = if full { None } else { self.scan.index.clone() };
         let plan = index
             .as_deref()
-            .map(|index| read_plan(index, managed, resizing))
+            .map(|index| read_plan(index, managed, claimed, resizing))
             .unwrap_or_default();
         let gate = Gate::after(self.scan.prev.as_ref());
         let mut task = tokio::task::spawn_blocking(move || {
@@ -402,6 +406,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
                     scanner.rescan_finding(&index, at_us, &unseen, |_, kubepods| {
                         match plan.next() {
                             Some(Want::Full) => Depth::Full,
+                            Some(Want::Watched) => Depth::StatPressure,
                             Some(Want::Nothing) | None => Depth::Skip,
                             Some(_) if gate.open(kubepods, at_us) => Depth::StatPressure,
                             Some(Want::Usage) => Depth::Stat,
@@ -524,6 +529,7 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
 fn read_plan(
     index: &NodeSnapshot,
     managed: &HashSet<&CgroupPodId>,
+    claimed: &HashSet<&CgroupPodId>,
     resizing: &HashSet<&CgroupPodId>,
 ) -> Vec<Want> {
     index
@@ -532,6 +538,8 @@ fn read_plan(
         .map(|p| {
             if resizing.contains(&p.id) {
                 Want::Full
+            } else if claimed.contains(&p.id) {
+                Want::Watched
             } else if p.qos == Qos::BestEffort {
                 Want::Nothing
             } else if managed.contains(&p.id) {
@@ -541,6 +549,42 @@ fn read_plan(
             }
         })
         .collect()
+}
+
+/// The owed pod `id`'s sample for its lowering claim this interval, or
+/// `None` when it was not read: its usage and own throttling known, and its
+/// `cpu.pressure` `full` in both snapshots (`snaps`), so that a pod missing
+/// from `contention.displaced` really waited less than
+/// [`contention::MIN_DISPLACED_M`] (read as 0) rather than went unread.
+fn claim_sample(
+    id: &CgroupPodId,
+    (prev, cur): (&NodeSnapshot, &NodeSnapshot),
+    slack: &NodeUsage,
+    contention: &Contention,
+) -> Option<effect::Sample> {
+    let usage = slack.pods.iter().find(|p| &p.id == id)?;
+    let (usage_m, _) = (usage.usage_m?, usage.throttled_us?);
+    let full_read = |s: &NodeSnapshot| {
+        s.pods
+            .iter()
+            .find(|p| &p.id == id)
+            .and_then(|p| p.sample.as_ref().ok())
+            .and_then(|s| s.pressure)
+            .and_then(|p| p.full)
+            .is_some()
+    };
+    if !full_read(prev) || !full_read(cur) {
+        return None;
+    }
+    let displaced_m = contention
+        .displaced
+        .iter()
+        .find(|d| &d.id == id)
+        .map_or(0, |d| d.displaced_m);
+    Some(effect::Sample {
+        usage_m,
+        displaced_m,
+    })
 }
 
 /// Logs each pod that waited this interval (debug).

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use crate::kube::classify::{Outcome, Refusal};
 use crate::kube::events::{
-    EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_LOWERING_HELPED, REASON_LOWERING_UNDONE,
-    REASON_REFUSED, REASON_RESIZED, REASON_YIELDED,
+    EventType, REASON_DRIFT, REASON_DRIFT_CLEARED, REASON_LOWERING_HELPED,
+    REASON_LOWERING_NEED_CHANGED, REASON_LOWERING_UNDONE, REASON_REFUSED, REASON_RESIZED,
+    REASON_YIELDED,
 };
 use crate::kube::resize::ResizeAnswer;
 use crate::metrics::{LoweringEffect, PatchErrorClass, ResizeResult};
@@ -122,6 +123,10 @@ pub enum Log {
         wait_fell_m: i64,
         usage_before_m: Millis,
         usage_after_m: Option<Millis>,
+        /// Intervals in each window.
+        window: usize,
+        /// The least change that counted as help.
+        bar_m: Millis,
     },
 }
 
@@ -130,16 +135,20 @@ pub fn lowering_label(e: Bought) -> LoweringEffect {
     match e {
         Bought::Helped => LoweringEffect::helped,
         Bought::NoEffect => LoweringEffect::no_effect,
+        Bought::NeedChanged => LoweringEffect::need_changed,
         Bought::Unjudged => LoweringEffect::unjudged,
     }
 }
 
 /// What a checked lowering means for one pod it lowered (`lowered`): a
-/// log line, an Event, and when it
-/// bought nothing its undoing — the raise cooldown waived, so the limit
-/// the lowering took comes back at the next round rather than 15 s or more
-/// later (the cooldown guards a raise against a neighbour that needs the
-/// CPU; this one was shown not to).
+/// log line, an Event, and when it bought nothing its undoing — the raise
+/// cooldown waived, so the limit the lowering took comes back at the next
+/// round rather than 15 s or more later (the cooldown guards a raise
+/// against a neighbour that needs the CPU; this one was shown not to).
+/// The waiver is for the first such lowering in a row for the same owed
+/// pod (`Judged::strikes`): after that the raise cooldown, with its
+/// backoff, stands, and the owed pod's block doubles, so a lower–undo loop
+/// slows down rather than repeats at the tick rate.
 pub fn on_lowering_checked(
     records: &mut Records,
     j: &Judged,
@@ -158,13 +167,17 @@ pub fn on_lowering_checked(
         wait_fell_m: j.wait_fell_m(),
         usage_before_m: j.before.usage_m,
         usage_after_m: j.after.map(|a| a.usage_m),
+        window: j.window,
+        bar_m: j.bar_m,
     }));
     let figures = format!(
-        "{owed} used {}m and waited {}m before; {}m and {}m after",
+        "{owed} used {}m and waited {}m before; {}m and {}m after ({} intervals each, {}m counts)",
         j.before.usage_m,
         j.before.displaced_m,
         j.after.map_or(0, |a| a.usage_m),
         j.after.map_or(0, |a| a.displaced_m),
+        j.window,
+        j.bar_m,
     );
     match j.effect {
         Bought::Helped => out.push(Effect::Event {
@@ -176,7 +189,9 @@ pub fn on_lowering_checked(
             ),
         }),
         Bought::NoEffect => {
-            if let Some(r) = records.get_mut(&lowered.uid) {
+            if let Some(r) = records.get_mut(&lowered.uid)
+                && j.strikes <= 1
+            {
                 r.waive_raise_cooldown(now.as_secs_f64(), cfg);
             }
             out.push(Effect::Event {
@@ -188,6 +203,14 @@ pub fn on_lowering_checked(
                 ),
             });
         }
+        Bought::NeedChanged => out.push(Effect::Event {
+            type_: EventType::Normal,
+            reason: REASON_LOWERING_NEED_CHANGED,
+            note: format!(
+                "lowering {}m→{}m for {owed}: its own need changed meanwhile ({figures}); not held",
+                lowered.from_m, lowered.to_m
+            ),
+        }),
         Bought::Unjudged => {}
     }
     out

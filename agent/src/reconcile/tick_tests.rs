@@ -603,17 +603,29 @@ async fn a_lowering_that_bought_nothing_is_undone_at_once_and_not_repeated() {
 
 /// The lowering let the neighbour run (800m, no wait): it helped, and the
 /// CPU it bought stays with the neighbour while it runs — no raise back at
-/// the cooldown, however much slack the usage shows — and comes back once
-/// the neighbour's demand ends.
+/// the cooldown, however much slack the usage shows, while the idle CPU is
+/// web's own (throttled at its lowered limit) — and comes back once the
+/// neighbour's demand ends.
 #[tokio::test]
 async fn a_lowering_that_helped_holds_while_the_neighbour_runs() {
     let (mut h, nbr_dir, [mut kp, mut web, mut nbr]) = lowered_for_the_neighbour().await;
     let lowered = h.resizes().len();
-    // Everything else on the node quietens: without the hold, slack.
+    // Everything else on the node quietens: without the hold, slack. The
+    // 3,100m left idle is web's: its threads were held 3,050 ms a second.
     h.busy_m = 900;
+    let mut throttled_us = 0;
     for t in 1..=70 {
         kp.second(&h.kubepods, 0, 0, 0);
         web.second(&h.pod_dir, 100, 0, 0);
+        throttled_us += 3_050_000;
+        write(
+            &h.pod_dir,
+            "cpu.stat",
+            &format!(
+                "usage_usec {u}\nuser_usec {u}\nsystem_usec 0\nnr_periods {t}\nnr_throttled {t}\nthrottled_usec {throttled_us}\n",
+                u = web.usage_us
+            ),
+        );
         nbr.second(&nbr_dir, 800, 0, 0);
         let round = h.tick().await.expect("a round");
         assert_eq!(h.resizes().len(), lowered, "raised back at {t} s");

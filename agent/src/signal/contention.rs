@@ -122,8 +122,7 @@ pub struct Displaced {
     /// from idle.
     pub short: bool,
     /// It waited at least twice its threshold this interval: a wait that
-    /// counts at once, and the least that earns a pod another lowering
-    /// after one that helped it (`effect::Claims::may_lower_for`).
+    /// counts at once (a smaller one counts when it shows twice in a row).
     pub strong: bool,
     /// What it is owed, once past the threshold, within its request and
     /// short: `min(request − usage, displaced)`; else 0.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::signal::contention::Contention;
 
 const QUIET: Duration = Duration::from_secs(5);
 
@@ -38,29 +39,85 @@ fn sample(usage_m: Millis, displaced_m: Millis) -> Option<Sample> {
     })
 }
 
+fn no_earlier(_: &CgroupPodId) -> Option<Sample> {
+    None
+}
+
+/// One interval at `t` s on a node with `free_m` free, every pod present
+/// unless `gone` names it (an owed pod's cgroup id or a lowered pod's uid).
+fn step_on(c: &mut Claims, t: u64, free_m: Millis, gone: &str, smp: Option<Sample>) -> Vec<Judged> {
+    let owed_gone = |id: &CgroupPodId| id.as_str() == gone;
+    let lowered_gone = |u: &Uid| u.as_str() == gone;
+    c.step(
+        &Interval {
+            now: s(t),
+            free_m,
+            quiet: QUIET,
+            owed_gone: &owed_gone,
+            lowered_gone: &lowered_gone,
+        },
+        |_| smp,
+    )
+}
+
+fn step(c: &mut Claims, t: u64, smp: Option<Sample>) -> Vec<Judged> {
+    step_on(c, t, 0, "", smp)
+}
+
+fn steady() -> CgroupPodId {
+    CgroupPodId::from("steady")
+}
+
 /// A claim for `steady` (using 500m, waiting 250m, owed 250m) after svc was
-/// lowered 1900m → 1650m, applied at 5 s.
+/// lowered 1900m → 1650m at 0 s; one more interval (500m, 250m) read while
+/// the kubelet applied it, at 1 s; applied at 2 s. Its before window: the
+/// two intervals, (500m, 250m) each.
 fn applied() -> Claims {
     let mut c = Claims::default();
-    c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
-    assert!(c.resize_done(&Uid::from("svc"), true).is_empty());
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(0),
+    );
+    assert!(step(&mut c, 1, sample(500, 250)).is_empty());
+    assert!(step(&mut c, 2, sample(500, 250)).is_empty());
+    assert!(c.resize_done(&Uid::from("svc"), true, s(2)).is_empty());
     c
+}
+
+/// The one verdict of two after-intervals at 3 and 4 s.
+fn verdict(c: &mut Claims, a: Option<Sample>, b: Option<Sample>) -> Judged {
+    assert!(step(c, 3, a).is_empty(), "judged on one interval");
+    let mut j = step(c, 4, b);
+    assert_eq!(j.len(), 1, "one verdict after two intervals");
+    j.remove(0)
 }
 
 #[test]
 fn a_claim_opens_only_when_something_was_lowered() {
     let mut c = Claims::default();
-    c.open([&owed("steady", 500, 250, 250)], &[], s(0));
-    assert!(!c.has(&CgroupPodId::from("steady")));
-    c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
-    assert!(c.has(&CgroupPodId::from("steady")));
+    c.open([&owed("steady", 500, 250, 250)], no_earlier, &[], s(0));
+    assert!(!c.has(&steady()));
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(0),
+    );
+    assert!(c.has(&steady()));
     assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
 }
 
 #[test]
 fn no_second_lowering_for_a_pod_before_the_first_ones_effect_is_known() {
     let mut c = Claims::default();
-    c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(0),
+    );
     let contention = Contention {
         displaced: vec![owed("steady", 500, 300, 300), owed("other", 100, 60, 60)],
         ..Contention::default()
@@ -68,118 +125,133 @@ fn no_second_lowering_for_a_pod_before_the_first_ones_effect_is_known() {
     // Still waiting, more than before: only the other pod is fresh demand.
     assert_eq!(c.fresh(&contention), (60, 1));
     // A second claim for the same pod does not replace the first.
-    c.open([&owed("steady", 500, 300, 300)], &svc(1650, 1350), s(1));
+    c.open(
+        [&owed("steady", 500, 300, 300)],
+        no_earlier,
+        &svc(1650, 1350),
+        s(1),
+    );
     assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
 }
 
 #[test]
 fn nothing_is_judged_before_the_kubelet_applied_the_lowering() {
     let mut c = Claims::default();
-    c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(0),
+    );
     for t in 1..10 {
-        let j = c.step(s(t), |_| sample(500, 250), |_| false, QUIET);
-        assert!(j.is_empty(), "judged at {t} s before the resize showed");
+        assert!(
+            step(&mut c, t, sample(800, 0)).is_empty(),
+            "judged at {t} s before the resize showed"
+        );
     }
     // Another pod's resize does not count.
-    assert!(c.resize_done(&Uid::from("web"), true).is_empty());
-    assert!(
-        c.step(s(10), |_| sample(500, 250), |_| false, QUIET)
-            .is_empty()
-    );
+    assert!(c.resize_done(&Uid::from("web"), true, s(10)).is_empty());
+    assert!(step(&mut c, 10, sample(800, 0)).is_empty());
 }
 
 #[test]
 fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
     let mut c = applied();
-    assert!(
-        c.step(s(6), |_| sample(700, 40), |_| false, QUIET)
-            .is_empty()
-    );
-    let j = c.step(s(7), |_| sample(720, 60), |_| false, QUIET);
-    assert_eq!(j.len(), 1);
-    assert_eq!(j[0].effect, Effect::Helped);
-    assert_eq!(j[0].gained_m(), 210);
-    assert_eq!(j[0].wait_fell_m(), 200);
+    let j = verdict(&mut c, sample(700, 40), sample(720, 60));
+    assert_eq!(j.effect, Effect::Helped);
+    assert_eq!((j.gained_m(), j.wait_fell_m(), j.window), (210, 200, 2));
     // Held at the lowered limit while steady runs near its demand
     // (at least 500 + 210 / 2 = 605m)...
-    for t in 8..30 {
-        assert!(
-            c.step(s(t), |_| sample(650, 50), |_| false, QUIET)
-                .is_empty()
-        );
+    for t in 5..30 {
+        assert!(step(&mut c, t, sample(650, 50)).is_empty());
         assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650), "at {t} s");
     }
     // ...one low interval is noise...
-    c.step(s(30), |_| sample(100, 0), |_| false, QUIET);
-    c.step(s(31), |_| sample(650, 0), |_| false, QUIET);
-    assert!(c.has(&CgroupPodId::from("steady")));
-    // Still short after the first step, but a marginal wait (under twice
-    // its 80m threshold) earns no follow-up...
-    let marginal = Contention {
-        displaced: vec![owed("steady", 650, 120, 120)],
-        ..Contention::default()
-    };
-    assert_eq!(c.fresh(&marginal), (0, 0));
-    c.open([&owed("steady", 650, 120, 120)], &svc(1650, 1550), s(31));
-    assert_eq!(
-        c.holds().get(&Uid::from("svc")),
-        Some(&1650),
-        "no claim opened"
-    );
-    // ...a strong one does: a second lowering replaces the claim and
-    // holds lower.
+    step(&mut c, 30, sample(100, 0));
+    step(&mut c, 31, sample(650, 0));
+    assert!(c.has(&steady()));
+    // Still short after the first step (owed 150m): a follow-up lowering
+    // holds lower, the first one's hold kept under it.
     let contention = Contention {
-        displaced: vec![owed("steady", 650, 170, 150)],
+        displaced: vec![owed("steady", 650, 150, 150)],
         ..Contention::default()
     };
     assert_eq!(c.fresh(&contention), (150, 1));
-    c.open([&owed("steady", 650, 170, 150)], &svc(1650, 1500), s(31));
+    c.open(
+        [&owed("steady", 650, 150, 150)],
+        no_earlier,
+        &svc(1650, 1500),
+        s(31),
+    );
     assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1500));
     assert_eq!(c.fresh(&contention), (0, 0), "not before this one is known");
-    c.resize_done(&Uid::from("svc"), true);
-    c.step(s(32), |_| sample(800, 0), |_| false, QUIET);
-    let j = c.step(s(33), |_| sample(800, 0), |_| false, QUIET);
+    step(&mut c, 32, sample(650, 150));
+    c.resize_done(&Uid::from("svc"), true, s(33));
+    step(&mut c, 33, sample(780, 0));
+    let j = step(&mut c, 34, sample(780, 0));
     assert_eq!((j[0].effect, j[0].before.usage_m), (Effect::Helped, 650));
-    // ...three in a row end its demand, and the hold.
-    for t in 34..37 {
-        c.step(s(t), |_| sample(100, 0), |_| false, QUIET);
+    // ...three in a row below its demand end it, and the hold.
+    for t in 35..38 {
+        step(&mut c, t, sample(100, 0));
     }
-    assert!(!c.has(&CgroupPodId::from("steady")));
+    assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
 }
 
 #[test]
 fn a_fall_in_wait_alone_is_help() {
     let mut c = applied();
-    c.step(s(6), |_| sample(510, 100), |_| false, QUIET);
-    let j = c.step(s(7), |_| sample(500, 120), |_| false, QUIET);
-    assert_eq!(j[0].effect, Effect::Helped);
+    let j = verdict(&mut c, sample(510, 100), sample(500, 120));
+    assert_eq!(j.effect, Effect::Helped);
 }
 
 #[test]
-fn a_lowering_that_bought_nothing_is_undone_and_not_repeated_while_the_demand_lasts() {
+fn a_lowering_that_bought_nothing_is_undone_and_blocked_longer_each_time() {
     let mut c = applied();
-    c.step(s(6), |_| sample(520, 240), |_| false, QUIET);
-    let j = c.step(s(7), |_| sample(510, 250), |_| false, QUIET);
-    assert_eq!(j[0].effect, Effect::NoEffect);
-    assert_eq!(j[0].lowered, svc(1900, 1650));
+    let j = verdict(&mut c, sample(520, 240), sample(510, 250));
+    assert_eq!((j.effect, j.strikes), (Effect::NoEffect, 1));
+    assert_eq!(j.lowered, svc(1900, 1650));
     // Undone: nothing holds svc down any more.
     assert!(c.holds().is_empty());
-    // Still waiting: not owed again.
     let contention = Contention {
         displaced: vec![owed("steady", 500, 250, 250)],
         ..Contention::default()
     };
-    for t in 8..20 {
-        c.step(s(t), |_| sample(500, 250), |_| false, QUIET);
+    // Still waiting: not owed again.
+    for t in 5..20 {
+        step(&mut c, t, sample(500, 250));
         assert_eq!(c.fresh(&contention), (0, 0), "owed again at {t} s");
     }
-    // Once it has not waited for the quiet window, it can be owed again.
-    for t in 20..26 {
-        c.step(s(t), |_| sample(500, 0), |_| false, QUIET);
+    // Quiet for the window, but the block (30 s from the verdict at 4 s)
+    // is not over.
+    for t in 20..34 {
+        step(&mut c, t, sample(500, 0));
+        assert_eq!(c.fresh(&contention), (0, 0), "owed again at {t} s");
     }
-    assert!(!c.has(&CgroupPodId::from("steady")));
+    step(&mut c, 34, sample(500, 0));
+    assert!(!c.has(&steady()));
     assert_eq!(c.fresh(&contention), (250, 1));
+    // A second lowering in a row that buys nothing blocks twice as long.
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(40),
+    );
+    step(&mut c, 41, sample(500, 250));
+    c.resize_done(&Uid::from("svc"), true, s(42));
+    step(&mut c, 42, sample(500, 250));
+    let j = step(&mut c, 43, sample(500, 250));
+    assert_eq!((j[0].effect, j[0].strikes), (Effect::NoEffect, 2));
+    for t in 44..103 {
+        step(&mut c, t, sample(500, 0));
+        assert!(c.has(&steady()), "block ended at {t} s, before 60 s");
+    }
+    step(&mut c, 103, sample(500, 0));
+    assert!(!c.has(&steady()));
+    assert_eq!(block_for(1), BLOCK_BASE);
+    assert_eq!(block_for(2), 2 * BLOCK_BASE);
+    assert_eq!(block_for(40), BLOCK_MAX);
 }
 
 #[test]
@@ -188,27 +260,129 @@ fn gains_below_the_need_are_no_effect() {
     assert_eq!(need_m(250), 62);
     assert_eq!(need_m(20), MIN_DISPLACED_M);
     let mut c = applied();
-    c.step(s(6), |_| sample(560, 200), |_| false, QUIET);
-    let j = c.step(s(7), |_| sample(560, 200), |_| false, QUIET);
     // +60m used, −50m waited: under 62m either way.
-    assert_eq!(j[0].effect, Effect::NoEffect);
+    let j = verdict(&mut c, sample(560, 200), sample(560, 200));
+    assert_eq!((j.effect, j.bar_m), (Effect::NoEffect, 62));
 }
 
 #[test]
-fn a_lowering_never_applied_is_dropped_unjudged() {
-    let mut c = Claims::default();
-    c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
-    let j = c.resize_done(&Uid::from("svc"), false);
-    assert_eq!(j[0].effect, Effect::Unjudged);
-    assert!(!c.has(&CgroupPodId::from("steady")));
-    let mut c = Claims::default();
-    c.open([&owed("steady", 500, 250, 250)], &svc(1900, 1650), s(0));
-    assert!(c.step(s(59), |_| None, |_| false, QUIET).is_empty());
-    assert_eq!(
-        c.step(s(60), |_| None, |_| false, QUIET)[0].effect,
-        Effect::Unjudged
-    );
+fn a_change_within_the_before_windows_own_swing_is_no_effect() {
+    // Before: (400m, 300m), (600m, 200m), (500m, 100m): usage swung by
+    // 200m and the wait by 200m on their own.
+    let before = [sample(400, 300), sample(600, 200), sample(500, 100)].map(Option::unwrap);
+    // +150m used and −150m waited would pass the 62m need: not this swing.
+    let after = [sample(650, 50), sample(650, 50)].map(Option::unwrap);
+    assert_eq!(judge(250, &before, &after), (Effect::NoEffect, 200));
+    // +210m is beyond it.
+    let after = [sample(710, 40), sample(710, 40)].map(Option::unwrap);
+    assert_eq!(judge(250, &before, &after), (Effect::Helped, 200));
+}
+
+#[test]
+fn a_pod_that_stopped_asking_is_not_credited_nor_held_nor_blocked() {
+    // Seen on a real node: usage 462m → 88m, its wait falling with it.
+    let mut c = applied();
+    let j = verdict(&mut c, sample(90, 0), sample(86, 0));
+    assert_eq!(j.effect, Effect::NeedChanged);
+    assert!(j.wait_fell_m() >= 62, "its wait fell, yet no help");
+    assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
+    let contention = Contention {
+        displaced: vec![owed("steady", 500, 250, 250)],
+        ..Contention::default()
+    };
+    assert_eq!(c.fresh(&contention), (250, 1), "no block");
+}
+
+#[test]
+fn a_pod_whose_need_grew_beyond_its_wait_is_need_changed() {
+    let mut c = applied();
+    // +400m used: more than the 250m it waited for (+62m).
+    let j = verdict(&mut c, sample(900, 0), sample(900, 0));
+    assert_eq!(j.effect, Effect::NeedChanged);
+    // +300m, within what it waited for and the bar: the CPU it was owed.
+    let mut c = applied();
+    assert_eq!(
+        verdict(&mut c, sample(800, 0), sample(800, 0)).effect,
+        Effect::Helped
+    );
+}
+
+#[test]
+fn the_windows_are_equal_and_of_intervals_read() {
+    let mut c = Claims::default();
+    // The interval before the one that owed it, the one that did, three
+    // read while applying (one unread), the last of them the one the
+    // kubelet applied it in: the newest three before that.
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        |_| sample(900, 0),
+        &svc(1900, 1650),
+        s(0),
+    );
+    step(&mut c, 1, None);
+    step(&mut c, 2, sample(500, 250));
+    step(&mut c, 3, sample(500, 250));
+    // Applied during the interval read at 4 s: neither before nor after.
+    step(&mut c, 4, sample(650, 100));
+    c.resize_done(&Uid::from("svc"), true, s(4));
+    // Unread intervals do not count: after three read ones.
+    for (t, smp) in [
+        (5, None),
+        (6, sample(700, 50)),
+        (7, None),
+        (8, sample(700, 50)),
+    ] {
+        assert!(step(&mut c, t, smp).is_empty(), "judged at {t} s");
+    }
+    let j = step(&mut c, 9, sample(700, 50));
+    assert_eq!(j[0].window, 3);
+    assert_eq!(
+        j[0].before,
+        Sample {
+            usage_m: 500,
+            displaced_m: 250
+        }
+    );
+    assert_eq!(j[0].effect, Effect::Helped);
+}
+
+#[test]
+fn a_lowering_never_applied_is_dropped_unjudged_and_blocks_once() {
+    let mut c = Claims::default();
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(0),
+    );
+    let j = c.resize_done(&Uid::from("svc"), false, s(1));
+    assert_eq!(j[0].effect, Effect::Unjudged);
+    assert!(c.holds().is_empty());
+    let contention = Contention {
+        displaced: vec![owed("steady", 500, 250, 250)],
+        ..Contention::default()
+    };
+    assert_eq!(c.fresh(&contention), (0, 0), "blocked for the base block");
+    let mut c = Claims::default();
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(0),
+    );
+    assert!(step(&mut c, 59, None).is_empty());
+    assert_eq!(step(&mut c, 60, None)[0].effect, Effect::Unjudged);
+    assert!(c.holds().is_empty());
+}
+
+#[test]
+fn an_owed_pod_left_unread_after_the_lowering_is_unjudged_not_helped() {
+    let mut c = applied();
+    for t in 3..120 {
+        assert!(step(&mut c, t, None).is_empty(), "judged at {t} s");
+    }
+    assert_eq!(step(&mut c, 120, None)[0].effect, Effect::Unjudged);
 }
 
 #[test]
@@ -226,29 +400,121 @@ fn a_claim_waits_for_every_pod_it_lowered() {
             to_m: 900,
         },
     ];
-    c.open([&owed("steady", 500, 250, 250)], &two, s(0));
-    c.resize_done(&Uid::from("a"), true);
-    c.step(s(1), |_| sample(800, 0), |_| false, QUIET);
-    c.step(s(2), |_| sample(800, 0), |_| false, QUIET);
-    assert!(
-        c.step(s(3), |_| sample(800, 0), |_| false, QUIET)
-            .is_empty()
+    c.open([&owed("steady", 500, 250, 250)], no_earlier, &two, s(0));
+    step(&mut c, 1, sample(500, 250));
+    c.resize_done(&Uid::from("a"), true, s(1));
+    for t in 2..5 {
+        assert!(step(&mut c, t, sample(500, 250)).is_empty());
+    }
+    c.resize_done(&Uid::from("b"), true, s(5));
+    // Before: three of (500m, 250m), read until both applied; after: three.
+    step(&mut c, 6, sample(720, 0));
+    step(&mut c, 7, sample(720, 0));
+    let j = step(&mut c, 8, sample(720, 0));
+    assert_eq!((j[0].effect, j[0].window), (Effect::Helped, 3));
+}
+
+#[test]
+fn a_lowered_pod_that_leaves_ends_the_claim_at_once() {
+    let mut c = Claims::default();
+    c.open(
+        [&owed("steady", 500, 250, 250)],
+        no_earlier,
+        &svc(1900, 1650),
+        s(0),
     );
-    c.resize_done(&Uid::from("b"), true);
-    c.step(s(4), |_| sample(800, 0), |_| false, QUIET);
-    assert_eq!(
-        c.step(s(5), |_| sample(800, 0), |_| false, QUIET)[0].effect,
-        Effect::Helped
-    );
+    let j = step_on(&mut c, 1, 0, "svc", sample(500, 250));
+    assert_eq!(j[0].effect, Effect::Unjudged);
+    assert!(c.holds().is_empty());
 }
 
 #[test]
 fn a_claim_ends_with_its_owed_pod() {
     let mut c = applied();
-    assert!(
-        c.step(s(6), |_| sample(700, 0), |u| u.as_str() == "steady", QUIET)
-            .is_empty()
-    );
-    assert!(!c.has(&CgroupPodId::from("steady")));
+    assert!(step_on(&mut c, 3, 0, "steady", sample(700, 0)).is_empty());
+    assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
+}
+
+/// `applied()` judged helped at 4 s (+220m used), held from then.
+fn helped() -> Claims {
+    let mut c = applied();
+    assert_eq!(
+        verdict(&mut c, sample(720, 30), sample(720, 30)).effect,
+        Effect::Helped
+    );
+    c
+}
+
+#[test]
+fn a_hold_ends_as_soon_as_the_owed_pod_is_above_its_request() {
+    let mut c = helped();
+    // At its 800m request (and within noise of it): still held.
+    step(&mut c, 5, sample(850, 0));
+    assert!(c.has(&steady()));
+    // 860m of its 800m request: owed nothing, CFS shares the surplus.
+    step(&mut c, 6, sample(860, 0));
+    assert!(!c.has(&steady()));
+    assert!(c.holds().is_empty());
+}
+
+#[test]
+fn a_hold_ends_when_what_it_bought_lies_idle() {
+    let mut c = helped();
+    // Near its demand, but 300m free: more than the 250m the hold took.
+    for t in 5..7 {
+        step_on(&mut c, t, 300, "", sample(720, 0));
+        assert!(c.has(&steady()), "ended at {t} s");
+    }
+    step_on(&mut c, 7, 300, "", sample(720, 0));
+    assert!(!c.has(&steady()));
+}
+
+#[test]
+fn a_hold_ends_after_its_longest() {
+    let mut c = helped();
+    let until = 4 + HOLD_MAX.as_secs();
+    for t in 5..until {
+        step(&mut c, t, sample(720, 0));
+    }
+    assert!(c.has(&steady()));
+    step(&mut c, until, sample(720, 0));
+    assert!(!c.has(&steady()));
+}
+
+#[test]
+fn a_follow_up_that_bought_nothing_gives_back_only_its_own_step() {
+    let mut c = helped();
+    let strong = owed("steady", 720, 200, 80);
+    c.open([&strong], no_earlier, &svc(1650, 1500), s(5));
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1500));
+    step(&mut c, 6, sample(720, 200));
+    c.resize_done(&Uid::from("svc"), true, s(7));
+    step(&mut c, 7, sample(720, 200));
+    let j = step(&mut c, 8, sample(720, 200));
+    assert_eq!(
+        (j[0].effect, &j[0].lowered),
+        (Effect::NoEffect, &svc(1650, 1500))
+    );
+    // The first lowering, which helped, holds again...
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
+    // ...and earns no second follow-up.
+    let contention = Contention {
+        displaced: vec![strong],
+        ..Contention::default()
+    };
+    assert_eq!(c.fresh(&contention), (0, 0));
+}
+
+#[test]
+fn a_blocked_pod_unread_is_not_quiet() {
+    let mut c = applied();
+    assert_eq!(
+        verdict(&mut c, sample(500, 250), sample(500, 250)).effect,
+        Effect::NoEffect
+    );
+    for t in 5..200 {
+        step(&mut c, t, None);
+    }
+    assert!(c.has(&steady()), "an unread pod counted as quiet");
 }
