@@ -2304,13 +2304,13 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
         800,
         headroom::policy::PolicyConfig::default().pressure_start_pct,
     );
-    // After a lowering that helped, the agent lowers again only for a wait
-    // of twice the threshold (a marginal rest is as often latency beside
-    // the CPU just freed): "as far as needed" is then within twice it. Or
-    // the agent found, by lowering svc, that svc no longer held the
-    // neighbour back (a check that found no effect).
-    let helped = checks.iter().any(|(_, l)| l.contains("effect=helped"));
-    let owed_from = if helped { 2 * owed_from } else { owed_from };
+    // Or the agent found, by lowering svc, that svc no longer held the
+    // neighbour back (a check that found no effect: after one that helped,
+    // a follow-up for the rest of the wait is tried once). Until
+    // 2026-12-06 a follow-up after one that helped needed twice the
+    // threshold in one second, which the neighbour's wait, capped at what
+    // its own 800m limit left it, could not reach: on the cgroupfs node
+    // svc stayed at 1180m with the neighbour 184m above its baseline.
     assert!(
         after <= base + owed_from || lowest <= floor_band || found_useless,
         "{n}: the neighbour's full is {after}m with svc settled at {settled}m, {base}m at its baseline (+{owed_from}m owed from), svc was lowered no further than {lowest}m (above its 500m floor and the {floor_band}m the agent stops lowering at), and no lowering was found to buy nothing"
