@@ -216,7 +216,7 @@ impl Scanner {
                 (Ok(_), Err(e)) => Err(e.clone()),
             };
             // Container throttling too: it is part of the stall the pod's own
-            // quota explains (see `node_slack::Stall`).
+            // quota explains (see `signal::usage::Stall`).
             let containers = if d == Depth::StatPressure {
                 let mut containers = p.containers.clone();
                 for c in &mut containers {
@@ -281,7 +281,8 @@ impl Scanner {
 /// order; `None` when neither happened (most ticks: nothing allocated).
 /// The index keeps its time, so a found pod's counters in it are younger
 /// than `at_us` says: a pod first read while it is not managed and
-/// measured later against the index (`node_slack::measure_with`) reads a
+/// measured later against the index (`signal::usage::measure_with`, which
+/// `signal::between` measures the slack's `NodeUsage` with) reads a
 /// usage averaged over a longer interval than it ran, once.
 pub fn reindex(
     index: &NodeSnapshot,

@@ -44,6 +44,9 @@ pub struct PolicyConfig {
     /// Time constant (seconds) over which what displaced pods are owed is
     /// released once they stop waiting; it is taken at once when they start.
     /// Shorter hands CPU back sooner, longer rides out a neighbour's pauses.
+    /// Also the quiet window (at least 1 s): a pod whose lowering bought
+    /// nothing is owed nothing more until it has gone this long without
+    /// being displaced (`crate::signal::contention::effect`).
     /// Range 0.5–60, default `5`.
     pub contention_window_s: f64,
     /// Node-wide patch rate (token bucket refill, patches per second).

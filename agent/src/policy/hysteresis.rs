@@ -33,7 +33,9 @@ pub const FLAP_BACKOFF_MAX: f64 = 8.0;
 /// quick undo is a neighbour arriving, several a loop of raise, contention,
 /// lowering), at most [`FLAP_BACKOFF_MAX`] times it. So a short cooldown
 /// recovers fast after a neighbour's demand ends, and a pod that keeps
-/// flapping is patched at most twice per `8 × raise_cooldown_s`.
+/// flapping is patched at most twice per `8 × raise_cooldown_s`, except
+/// after a lowering found to buy nothing: [`LastPatch::waive_raise_cooldown`]
+/// lets that one be raised back at once, whatever the flaps.
 pub fn raise_cooldown_s(cfg: &PolicyConfig, flaps: u32) -> f64 {
     let doublings = flaps.saturating_sub(1).min(16);
     cfg.raise_cooldown_s * f64::from(1u32 << doublings).min(FLAP_BACKOFF_MAX)
@@ -571,6 +573,29 @@ mod tests {
             patches >= 2 * (3600 / 121),
             "{patches}: backed off beyond 8 cooldowns"
         );
+    }
+
+    #[test]
+    fn a_waived_cooldown_lets_the_raise_after_a_lowering_go_out_at_once() {
+        let cfg = cooldown_15s();
+        let p = simple("a", 100, Some(200));
+        // Lowered at 100 s; the idle node wants it raised back to 400m.
+        let mut m = patched(None, Direction::Lower, 100.0, &cfg);
+        let (n, ds) = decided(&p, 4000, 0, 0);
+        let now = 105.0;
+        let at = |m: LastPatch| {
+            let mem = HashMap::from_iter([(p.uid.clone(), m)]);
+            plan(&n, &ds, |u| mem.get(u), now, &mut big_bucket(), &cfg)
+        };
+        let out = at(m);
+        assert!(out.patches.is_empty(), "{out:?}");
+        assert_eq!(out.held[0].reason, HoldReason::Cooldown);
+        // The lowering bought nothing: the raise goes out now.
+        m.waive_raise_cooldown(now, &cfg);
+        let out = at(m);
+        assert_eq!(out.patches.len(), 1, "{out:?}");
+        assert_eq!(out.patches[0].direction, Direction::Raise);
+        assert_eq!(out.patches[0].new_total_m, 400);
     }
 
     #[test]

@@ -21,14 +21,17 @@
 //! the CPU pods within their requests waited for while others held it and
 //! the node had less free CPU than that (`crate::signal::contention`: per-pod PSI
 //! `full` beyond their own throttling; never a managed pod's own queueing
-//! or throttling), and a pod a lowering helped holds the lowered pods at
-//! their lowered limits ([`PodInput::held_at_m`]). `S` is
-//! water-filled over managed pods by request, each between its floor and
-//! ceiling, in whole quanta (`target = request + k·quantum`, floors and
-//! ceilings excepted). Container-level pods split their target over managed
-//! containers by request. [`plan`] turns targets into patches: raises past a
-//! dead band and after a cooldown, lowerings at once, all under a node-wide
-//! token bucket.
+//! or throttling). `S` is water-filled over managed pods by request, each
+//! between its floor and its ceiling, in whole quanta (`target = request +
+//! k·quantum`, floors and ceilings excepted). A pod lowered for a pod short
+//! of CPU is capped lower still while that pod still needs what the lowering
+//! bought ([`PodInput::held_at_m`], from the lowering's claim,
+//! `crate::signal::contention::effect`): it fills only up to the limit the
+//! lowering set (never below its floor), so the CPU taken is not handed back
+//! at the raise cooldown, whatever the slack. Container-level pods split
+//! their target over managed containers by request. [`plan`] turns targets
+//! into patches: raises past a dead band and after a cooldown, lowerings at
+//! once, all under a node-wide token bucket.
 
 pub mod bucket;
 pub mod config;
@@ -365,10 +368,10 @@ fn ctx_of<'a>(node: &NodeInputs<'a>, p: &PodInput<'_>) -> EligibilityCtx<'a> {
 /// One decision round over the pods of this node. Decisions come back in
 /// the order of `pods`. Ties in the water-filling go to the smaller uid, so
 /// the result does not depend on the order of `pods`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the policy's one pass over the pods, step by step as the docs give it"
-)]
+///
+/// The steps, as the module docs give them: each pod's verdict
+/// (`verdicts`), the node's slack (`slack_of`), the slack water-filled over
+/// the managed pods and split over their containers (`fill`).
 pub fn decide_with(
     node: &NodeInputs<'_>,
     pods: &[PodInput<'_>],
@@ -376,6 +379,34 @@ pub fn decide_with(
     cfg: &PolicyConfig,
 ) -> (NodeDecision, Vec<Decision>) {
     let q = cfg.quantum_m.max(1);
+    let (mut decisions, managed) = verdicts(node, pods, eligible, cfg, q);
+    let (raw, slack_m) = slack_of(node, pods, &decisions, &managed, cfg);
+    let allocated = fill(pods, &mut decisions, &managed, slack_m, q);
+    let node_decision = NodeDecision {
+        capacity_m: node.capacity_m,
+        reserve_m: cfg.reserve_m,
+        usage_m: node.kubepods_usage_m,
+        other_usage_m: raw.other_usage_m,
+        managed_within_request_m: raw.managed_within_request_m,
+        raw_slack_m: raw.raw_slack_m,
+        contention: node.contention,
+        slack_m,
+        managed_pods: managed.len(),
+        allocated_m: allocated,
+    };
+    (node_decision, decisions)
+}
+
+/// Each pod's decision, in the order of `pods`: managed with its floor,
+/// ceiling and hold (its target still the floor, until [`fill`]), or left
+/// alone with the reason; and the managed ones, for the later steps.
+fn verdicts(
+    node: &NodeInputs<'_>,
+    pods: &[PodInput<'_>],
+    eligible: &Eligibility,
+    cfg: &PolicyConfig,
+    q: Millis,
+) -> (Vec<Decision>, Vec<Managed>) {
     let mut decisions = Vec::with_capacity(pods.len());
     let mut managed = Vec::with_capacity(pods.len());
     for (index, p) in pods.iter().enumerate() {
@@ -391,52 +422,11 @@ pub fn decide_with(
             }
         };
         let (request_m, verdict) = match answer.clone() {
-            Err(reason) => {
-                // A pod held only while a resize goes through (another
-                // writer's next one, say) still yields to that writer: its
-                // pause goes on, so no second Event when the resize is done.
-                let yielded = (reason == Unmanaged::OtherWriter || reason.is_transient())
-                    .then(|| Yielded::of(pod, node.wall_clock_s))
-                    .flatten();
-                (pod.cpu_request(), Verdict::Unmanaged { reason, yielded })
-            }
+            Err(reason) => (pod.cpu_request(), unmanaged(pod, reason, node.wall_clock_s)),
             Ok(shape) => {
                 let request = shape.request_m();
-                let mut floor = floors::floor(pod, &shape, q, p.extra_floor_m);
-                if cfg.floor == FloorMode::Declared {
-                    let known = known_declared_limit(pod, &shape, p.declared);
-                    floor = floors::lift_to_declared(floor, known);
-                }
-                let declared_m = declared_limit(pod, &shape, p.declared);
-                let ceiling_m = floors::ceiling(
-                    pod,
-                    request,
-                    floor.floor_m,
-                    cfg.ceiling_factor,
-                    node.capacity_m,
-                    declared_m,
-                );
-                let plan = ManagedDecision {
-                    level: match shape {
-                        ManagedShape::Containers(_) => Level::Containers,
-                        ManagedShape::PodLevel { .. } => Level::Pod,
-                    },
-                    floor,
-                    ceiling_m,
-                    declared_limit_m: declared_m,
-                    held_at_m: p.held_at_m.map(|h| h.max(floor.floor_m)),
-                    current_limit_m: shape.current_limit_m(),
-                    // Water-filled below, once every pod is known.
-                    share_m: 0,
-                    target_m: floor.floor_m,
-                    containers: ContainerDecisions::new(),
-                };
-                managed.push(Managed {
-                    index,
-                    shape,
-                    floor,
-                    ceiling_m,
-                });
+                let (plan, m) = managed_plan(node, p, index, shape, cfg, q);
+                managed.push(m);
                 (request, Verdict::Managed(plan))
             }
         };
@@ -449,7 +439,83 @@ pub fn decide_with(
             verdict,
         });
     }
+    (decisions, managed)
+}
 
+/// The verdict of a pod left alone for `reason`, with the writer it yields
+/// to, if any.
+fn unmanaged(pod: &PodView, reason: Unmanaged, wall_clock_s: i64) -> Verdict {
+    // A pod held only while a resize goes through (another writer's next
+    // one, say) still yields to that writer: its pause goes on, so no
+    // second Event when the resize is done.
+    let yielded = (reason == Unmanaged::OtherWriter || reason.is_transient())
+        .then(|| Yielded::of(pod, wall_clock_s))
+        .flatten();
+    Verdict::Unmanaged { reason, yielded }
+}
+
+/// A managed pod's (the `index`th of the round's) plan before the
+/// water-filling: its floor (lifted to the declared limit with
+/// [`FloorMode::Declared`]), its ceiling, the limit a lowering holds it to;
+/// its target is the floor until [`fill`].
+fn managed_plan(
+    node: &NodeInputs<'_>,
+    p: &PodInput<'_>,
+    index: usize,
+    shape: ManagedShape,
+    cfg: &PolicyConfig,
+    q: Millis,
+) -> (ManagedDecision, Managed) {
+    let pod = p.pod;
+    let request = shape.request_m();
+    let mut floor = floors::floor(pod, &shape, q, p.extra_floor_m);
+    if cfg.floor == FloorMode::Declared {
+        let known = known_declared_limit(pod, &shape, p.declared);
+        floor = floors::lift_to_declared(floor, known);
+    }
+    let declared_m = declared_limit(pod, &shape, p.declared);
+    let ceiling_m = floors::ceiling(
+        pod,
+        request,
+        floor.floor_m,
+        cfg.ceiling_factor,
+        node.capacity_m,
+        declared_m,
+    );
+    let plan = ManagedDecision {
+        level: match shape {
+            ManagedShape::Containers(_) => Level::Containers,
+            ManagedShape::PodLevel { .. } => Level::Pod,
+        },
+        floor,
+        ceiling_m,
+        declared_limit_m: declared_m,
+        held_at_m: p.held_at_m.map(|h| h.max(floor.floor_m)),
+        current_limit_m: shape.current_limit_m(),
+        // Water-filled by `fill`, once every pod is known.
+        share_m: 0,
+        target_m: floor.floor_m,
+        containers: ContainerDecisions::new(),
+    };
+    let m = Managed {
+        index,
+        shape,
+        floor,
+        ceiling_m,
+    };
+    (plan, m)
+}
+
+/// The node's raw slack over the managed pods (and those held only while a
+/// resize is in flight), and the slack left to hand out once displaced pods
+/// are owed what they waited for.
+fn slack_of(
+    node: &NodeInputs<'_>,
+    pods: &[PodInput<'_>],
+    decisions: &[Decision],
+    managed: &[Managed],
+    cfg: &PolicyConfig,
+) -> (slack_formula::RawSlack, Millis) {
     // Pods held only while a resize is in flight stay in the slack
     // accounting as managed: moving their burst into "other" usage for those
     // ticks would shrink everyone's slack and make the node oscillate.
@@ -482,7 +548,20 @@ pub fn decide_with(
         node.contention.demand_m,
         node.contention.displaced_pods > 0,
     );
+    (raw, slack_m)
+}
 
+/// Water-fills `slack_m` over the managed pods in uid order, each between
+/// its floor and its ceiling (or its hold, if lower), sets their targets
+/// and shares and splits container-level targets over the containers;
+/// returns Σ share.
+fn fill(
+    pods: &[PodInput<'_>],
+    decisions: &mut [Decision],
+    managed: &[Managed],
+    slack_m: Millis,
+    q: Millis,
+) -> Millis {
     // Fill in uid order so ties do not depend on the caller's order.
     let mut order: Vec<usize> = (0..managed.len()).collect();
     order.sort_by(|&a, &b| {
@@ -519,32 +598,24 @@ pub fn decide_with(
         plan.share_m = target.saturating_sub(d.request_m);
         allocated = allocated.saturating_add(plan.share_m);
         if let ManagedShape::Containers(cs) = &m.shape {
-            let requests: split::Parts = cs.iter().map(|c| c.request_m).collect();
-            let parts = split::split(target, &requests, q);
-            plan.containers = cs
-                .iter()
-                .zip(parts)
-                .map(|(c, t)| ContainerDecision {
-                    name: c.name.clone(),
-                    request_m: c.request_m,
-                    current_limit_m: c.limit_m,
-                    target_m: t,
-                })
-                .collect();
+            plan.containers = split_containers(cs, target, q);
         }
     }
+    allocated
+}
 
-    let node_decision = NodeDecision {
-        capacity_m: node.capacity_m,
-        reserve_m: cfg.reserve_m,
-        usage_m: node.kubepods_usage_m,
-        other_usage_m: raw.other_usage_m,
-        managed_within_request_m: raw.managed_within_request_m,
-        raw_slack_m: raw.raw_slack_m,
-        contention: node.contention,
-        slack_m,
-        managed_pods: managed.len(),
-        allocated_m: allocated,
-    };
-    (node_decision, decisions)
+/// A container-level pod's `target` split over its managed containers by
+/// request.
+fn split_containers(cs: &[ManagedContainer], target: Millis, q: Millis) -> ContainerDecisions {
+    let requests: split::Parts = cs.iter().map(|c| c.request_m).collect();
+    let parts = split::split(target, &requests, q);
+    cs.iter()
+        .zip(parts)
+        .map(|(c, t)| ContainerDecision {
+            name: c.name.clone(),
+            request_m: c.request_m,
+            current_limit_m: c.limit_m,
+            target_m: t,
+        })
+        .collect()
 }

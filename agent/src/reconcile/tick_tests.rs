@@ -798,28 +798,44 @@ async fn a_calm_tick_reads_the_managed_pods_only_and_a_stall_reads_everyone() {
 
 /// `run` and `plan` read one signal pipeline: fed the same two samples of
 /// the tree (and the same pods), the agent's tick and the stateless round
-/// `plan`/`explain` print decide the same round.
+/// `plan`/`explain` print decide the same round. Not a calm one: the
+/// managed pod bursts to its 200m limit on a 100m request while the
+/// neighbour, within its 800m request, gets 500m and waits 300 ms on a node
+/// with no CPU to spare, so both must read every pod's pressure, owe the
+/// neighbour what it waited for and lower the managed pod for it.
 #[tokio::test]
 async fn run_and_plan_decide_the_same_round_from_the_same_two_samples() {
     let mut h = Harness::new();
+    let nbr_dir = h.kubepods.join("kubepods-burstable.slice").join(format!(
+        "kubepods-burstable-pod{}.slice",
+        NBR_UID.replace('-', "_")
+    ));
+    cgroup(&nbr_dir, "max 100000");
+    cgroup(
+        &nbr_dir.join(format!("cri-containerd-{NBR_APP}.scope")),
+        "max 100000",
+    );
+    h.pods
+        .apply_watcher_event(&watcher::Event::Apply(neighbour()));
     let root = h._tmp.path().to_path_buf();
     let layout = crate::cgroup::discover(&root).unwrap();
     let at = |h: &Harness| h.clock.load(Ordering::SeqCst) * 1_000_000 + 1_000_000;
     // The agent reads the tree at its clock's next second; so does `plan`.
     let prev = crate::cgroup::scan(&root, &layout, at(&h)).unwrap();
     assert!(h.tick().await.is_none(), "first sample: no rates yet");
-    h.busy_m = 1500;
-    write(&h.pod_dir, "cpu.stat", &cpu_stat(150_000));
+    // One second: kubepods used 3,900m of 4,000m and stalled all of it (so
+    // the agent's light tick reads every pod's pressure); the managed pod
+    // used 200m; the neighbour 500m, waiting 300 ms beyond any throttling.
+    // `busy_m` stays 0: the agent's `tick` rewrites kubepods' `cpu.stat` as
+    // written here, and the tree stays as `cur` reads it.
+    h.kubepods_usage_usec += 3_900_000;
+    write(&h.kubepods, "cpu.stat", &cpu_stat(h.kubepods_usage_usec));
+    write(&h.kubepods, "cpu.pressure", &psi(1_000_000, 0));
+    write(&h.pod_dir, "cpu.stat", &cpu_stat(200_000));
+    write(&nbr_dir, "cpu.stat", &cpu_stat(500_000));
+    write(&nbr_dir, "cpu.pressure", &psi(300_000, 300_000));
     h.script([Reply::Applied { generation: 2 }]);
-    // What the agent's second tick reads: kubepods advanced by `busy_m`.
-    write(
-        &h.kubepods,
-        "cpu.stat",
-        &cpu_stat(h.kubepods_usage_usec + 1_500_000),
-    );
     let cur = crate::cgroup::scan(&root, &layout, at(&h)).unwrap();
-    h.kubepods_usage_usec += 1_500_000;
-    h.busy_m = 0; // `tick` adds nothing more: the tree stays as `cur` read it
     let ran = h.tick().await.expect("a round");
 
     let views: Vec<crate::model::PodView> = h
@@ -837,13 +853,27 @@ async fn run_and_plan_decide_the_same_round_from_the_same_two_samples() {
     };
     let (usage, planned) =
         super::stateless::stateless_round(&node, prev, cur, &root, &h.agent.settings.policy);
-    assert_eq!(usage.usage_m, 1500, "{usage:?}");
+    assert_eq!(usage.usage_m, 3900, "{usage:?}");
     assert_eq!(
         serde_json::to_value(&planned).unwrap(),
         serde_json::to_value(&ran).unwrap(),
         "plan and run decided differently"
     );
-    assert_eq!(planned.decisions[0].target_m(), Some(400), "{planned:?}");
+    // What both decided: the neighbour owed its 300m, the managed pod
+    // lowered from 200m to its 100m request (raw slack 100m less 300m owed).
+    assert_eq!(planned.waited.len(), 1, "{planned:?}");
+    assert_eq!(planned.node.contention.demand_m, 300, "{planned:?}");
+    let web = planned
+        .decisions
+        .iter()
+        .find(|d| d.uid == Uid::from(UID))
+        .expect("the managed pod");
+    assert_eq!(
+        (web.current_limit_m(), web.target_m()),
+        (Some(200), Some(100)),
+        "{planned:?}"
+    );
+    assert_eq!(h.resizes().last().map(|r| r.attempted_m), Some(100));
 }
 
 /// Everything the agent keeps about a pod goes with it: a pod raised (a

@@ -103,14 +103,6 @@ fn attribute_ids(
     attribute(a, b, slack, &req, &managed.iter().collect(), earlier, T)
 }
 
-/// Pod "n" alone (kubepods idle) from zero counters to `later` in one
-/// second, requesting `request_m`.
-fn alone(request_m: Millis, later: At) -> Contention {
-    let a = snap(0, At::default(), vec![pod("n", At::default(), true)]);
-    let b = snap(SEC, At::default(), vec![pod("n", later, true)]);
-    run(&a, &b, &[("n", request_m)])
-}
-
 /// Managed pod "m" and one other from zero counters to `kubepods`, `m` and
 /// `other` in one second.
 fn beside(kubepods: At, m: At, other: (&str, At), requests: &[(&str, Millis)]) -> Contention {
@@ -182,28 +174,22 @@ fn own_threads_queueing_is_not_contention() {
 
 #[test]
 fn own_throttling_is_not_contention() {
-    // Throttled at its own limit: full = throttled time.
-    let a = snap(0, At::default(), vec![pod("m", At::default(), true)]);
-    let b = snap(
-        SEC,
+    // The 800m neighbour, using 300m, is held by its own quota for 680 ms
+    // of CPU time, and its `full` (650 ms) is all of that. Within its
+    // request, beside a managed pod bursting, on a node with no idle CPU, it
+    // would be owed 500m if that `full` counted; it is its own quota, so
+    // nobody displaced it.
+    let c = beside_a_burst(
+        800,
         At {
             usage: 300_000,
+            throttled: 680_000,
             some: 650_000,
             full: 650_000,
-            ..At::default()
         },
-        vec![pod(
-            "m",
-            At {
-                usage: 300_000,
-                throttled: 680_000,
-                some: 650_000,
-                full: 650_000,
-            },
-            true,
-        )],
     );
-    let c = run(&a, &b, &[("m", 200)]);
+    assert_eq!((c.managed_burst_m, c.free_m), (300, 0), "{c:?}");
+    assert!(c.displaced.is_empty(), "{c:?}");
     assert_eq!(c.demand_m, 0, "{c:?}");
 }
 
@@ -256,30 +242,39 @@ fn what_a_pod_is_owed_is_capped_at_its_unmet_request() {
 
 #[test]
 fn a_pod_above_its_request_is_displaced_but_not_owed() {
-    // Alone (no managed pod bursting beside it), a burster's wait for more
-    // is not a claim on anyone's CPU.
-    let c = alone(
-        100,
-        At {
-            usage: 1_200_000,
-            some: 600_000,
-            full: 400_000,
-            ..At::default()
-        },
-    );
-    assert_eq!(c.displaced.len(), 1);
-    assert!(!c.displaced[0].within_request);
-    assert_eq!(c.demand_m, 0);
+    // The 800m neighbour waits 400 ms beside a managed pod bursting, on a
+    // node with no idle CPU. Using 500m, within its request, it is owed the
+    // 300m it is short of; using 900m, above it, the same wait is recorded
+    // and owed nothing: a burster's wait for more is not a claim on anyone's
+    // CPU.
+    let waits = |usage| {
+        beside_a_burst(
+            800,
+            At {
+                usage,
+                some: 400_000,
+                full: 400_000,
+                ..At::default()
+            },
+        )
+    };
+    assert_eq!(waits(500_000).demand_m, 300);
+    let c = waits(900_000);
+    assert_eq!(c.displaced.len(), 1, "{c:?}");
+    let n = &c.displaced[0];
+    assert!(!n.within_request && n.short, "{c:?}");
+    assert_eq!(c.demand_m, 0, "{c:?}");
 }
 
 #[test]
 fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
-    // A 3-thread batch pod (request 100m) waits 400 ms beside a managed pod
-    // bursting to 800m on a 200m request. CFS already splits the surplus by
-    // weight, with or without the managed pod's limit: lowering it has
-    // nothing to hand over (the benefit bench's first lowering of every run
-    // was owed to such a pod, and its wait did not change).
-    let interval = |earlier: &Contention| {
+    // A 3-thread batch pod (request 100m) using 800m waits 400 ms beside a
+    // managed pod bursting to 800m on a 200m request, on a node with no idle
+    // CPU. CFS already splits the surplus by weight, with or without the
+    // managed pod's limit: lowering it has nothing to hand over (the benefit
+    // bench's first lowering of every run was owed to such a pod, and its
+    // wait did not change).
+    let interval = |h_usage: u64, earlier: &Contention| {
         let a = snap(
             0,
             At::default(),
@@ -288,7 +283,7 @@ fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
         let b = snap(
             SEC,
             At {
-                usage: 1_600_000,
+                usage: 2 * SEC,
                 some: SEC,
                 ..At::default()
             },
@@ -306,7 +301,7 @@ fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
                 pod(
                     "h",
                     At {
-                        usage: 800_000,
+                        usage: h_usage,
                         some: 600_000,
                         full: 400_000,
                         ..At::default()
@@ -318,17 +313,22 @@ fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
         let slack = usage::measure(&a, &b, TWO_CPUS);
         attribute_ids(&a, &b, &slack, &[("m", 200), ("h", 100)], &["m"], earlier)
     };
-    let first = interval(&Contention::default());
+    // The same wait while it uses 50m, within its request: owed the 50m
+    // it is short of.
+    let within = interval(50_000, &Contention::default());
+    assert_eq!(within.demand_m, 50, "{within:?}");
+    let first = interval(800_000, &Contention::default());
+    assert_eq!(first.free_m, 0, "{first:?}");
     assert_eq!(first.demand_m, 0, "{first:?}");
     assert!(
         first.displaced.iter().any(|d| d.id.as_str() == "h"),
         "{first:?}"
     );
     // Nor the second interval in a row, however long the wait.
-    let c = interval(&first);
+    let c = interval(800_000, &first);
     assert_eq!(c.demand_m, 0, "{c:?}");
     let h = c.displaced.iter().find(|d| d.id.as_str() == "h").unwrap();
-    assert!(!h.within_request);
+    assert!(!h.within_request && h.short, "{h:?}");
     assert!(h.displaced_m >= 400, "{h:?}");
     // The managed pod's own displacement is never owed to anyone.
     assert!(
@@ -340,18 +340,28 @@ fn a_pod_above_its_request_is_owed_nothing_beside_a_bursting_managed_pod() {
 
 #[test]
 fn displacement_below_the_threshold_is_not_owed() {
-    // 50 ms of a 1000m request is 5 % < 10 %.
-    let c = alone(
-        1000,
-        At {
-            usage: 400_000,
-            some: 50_000,
-            full: 50_000,
-            ..At::default()
-        },
+    // Beside a managed pod bursting, on a node with no idle CPU: 50 ms of a
+    // 1000m request is 5 % < 10 %, recorded and not owed; 200 ms (twice the
+    // threshold) is owed.
+    let waits = |full| {
+        beside_a_burst(
+            1000,
+            At {
+                usage: 400_000,
+                some: full,
+                full,
+                ..At::default()
+            },
+        )
+    };
+    let c = waits(50_000);
+    assert_eq!(c.displaced.len(), 1, "{c:?}");
+    assert!(
+        c.displaced[0].within_request && c.displaced[0].short,
+        "{c:?}"
     );
-    assert_eq!(c.displaced.len(), 1);
-    assert_eq!(c.demand_m, 0);
+    assert_eq!(c.demand_m, 0, "{c:?}");
+    assert_eq!(waits(200_000).demand_m, 200);
 }
 
 #[test]
@@ -396,6 +406,16 @@ fn neighbour_displaced_while_the_managed_pod_is_throttled_still_counts() {
 /// `kubepods_m`, the whole machine `machine_m` (root `cpu.stat`; `None`:
 /// not readable), on 2 CPUs.
 fn waits_beside(kubepods_m: u64, machine_m: Option<u64>, m_throttled_us: u64) -> Contention {
+    waits_beside_for(120, kubepods_m, machine_m, m_throttled_us)
+}
+
+/// [`waits_beside`], the neighbour waiting `waited_m` each interval.
+fn waits_beside_for(
+    waited_m: u64,
+    kubepods_m: u64,
+    machine_m: Option<u64>,
+    m_throttled_us: u64,
+) -> Contention {
     let interval = |earlier: &Contention| {
         let mut a = snap(
             0,
@@ -409,8 +429,8 @@ fn waits_beside(kubepods_m: u64, machine_m: Option<u64>, m_throttled_us: u64) ->
         };
         let n = At {
             usage: 500_000,
-            some: 120_000,
-            full: 120_000,
+            some: waited_m * 1000,
+            full: waited_m * 1000,
             ..At::default()
         };
         let mut b = snap(
@@ -435,7 +455,7 @@ fn a_wait_beside_idle_cpu_is_not_owed() {
     // CPU; taking CPU from the managed pod would leave it idle (the benefit
     // bench: 22 lowerings with 260–560m idle, none bought anything).
     let c = waits_beside(1400, None, 0);
-    assert_eq!(c.free_m, 600, "{c:?}");
+    assert_eq!((c.managed_burst_m, c.free_m), (400, 600), "{c:?}");
     let n = &c.displaced[0];
     assert!(n.within_request && !n.short, "{c:?}");
     assert_eq!(c.demand_m, 0, "{c:?}");
@@ -443,9 +463,21 @@ fn a_wait_beside_idle_cpu_is_not_owed() {
     let c = waits_beside(1900, None, 0);
     assert_eq!(c.free_m, 100);
     assert_eq!(c.demand_m, 120, "{c:?}");
-    // Free CPU under the reserve is none at all, whatever the wait.
-    let c = waits_beside(1950, None, 0);
-    assert!(c.displaced[0].short);
+}
+
+#[test]
+fn free_cpu_under_the_reserve_is_none_at_all() {
+    // The neighbour waits 90m (past its 80m threshold, twice in a row) with
+    // 95m free: more than it waited for, but under the 100m reserve, so the
+    // node is short and it is owed; with 100m free it is not.
+    let c = waits_beside_for(90, 1905, None, 0);
+    assert_eq!((c.managed_burst_m, c.free_m), (400, 95), "{c:?}");
+    assert!(c.displaced[0].short, "{c:?}");
+    assert_eq!(c.demand_m, 90, "{c:?}");
+    let c = waits_beside_for(90, 1900, None, 0);
+    assert_eq!(c.free_m, 100, "{c:?}");
+    assert!(!c.displaced[0].short, "{c:?}");
+    assert_eq!(c.demand_m, 0, "{c:?}");
 }
 
 #[test]
