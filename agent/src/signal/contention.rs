@@ -18,7 +18,7 @@
 //! left its neighbour waiting less). So a pod is owed only when it used less
 //! than its request, was displaced past its threshold, and the node's free
 //! CPU ([`Contention::free_m`]: idle, less what managed pods' own quotas
-//! held back) was less than what it waited for (and than the reserve). A
+//! held back) was less than what it waited for, or than the reserve. A
 //! pod above its request is owed nothing: CFS already gives it its weighted
 //! share of the surplus, with or without a managed pod's limit. A managed
 //! pod's own queueing or throttling never lowers it, and nothing is owed
@@ -121,8 +121,8 @@ pub struct Displaced {
     /// Used less than its request: what it waited for was its own.
     pub within_request: bool,
     /// The node's free CPU ([`Contention::free_m`]) was less than what it
-    /// waited for, and than the reserve: it could not have had the CPU
-    /// from idle.
+    /// waited for, or less than the reserve (`free < max(reserve,
+    /// displaced)`): it could not have had the CPU from idle.
     pub short: bool,
     /// It waited at least twice its threshold this interval: a wait that
     /// counts at once (a smaller one counts when it shows twice in a row).

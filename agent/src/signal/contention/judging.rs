@@ -63,9 +63,10 @@ impl Judging {
         let again = self.waited_before_m.is_some_and(|m| m >= threshold);
         let strong = displaced_m >= 2 * threshold;
         let past = displaced_m >= threshold && (strong || again);
-        // Short: the free CPU could not have served what it waited for.
-        // With more free than that, its wait was wake-up latency beside
-        // idle CPU, which no lowering buys back.
+        // Short: the free CPU could not have served what it waited for,
+        // or was below the reserve (no idle CPU at all). With more free
+        // than both, its wait was wake-up latency beside idle CPU, which no
+        // lowering buys back.
         let short = self.free_m < self.t.reserve_m.max(displaced_m);
         let deficit_m = if past && self.managed_hold && within_request && short {
             (request_m - usage_m).min(displaced_m)
