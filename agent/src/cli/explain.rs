@@ -194,7 +194,8 @@ async fn explain(a: Args) -> anyhow::Result<ExitCode> {
     );
     // Who waited, and whether a lowering would be for them: stateless, so
     // what earlier lowerings bought is in the agent's log and Events
-    // (`lowering checked`, HeadroomLoweringHelped / HeadroomLoweringUndone).
+    // (`lowering checked`, HeadroomLoweringHelped / HeadroomLoweringUndone /
+    // HeadroomLoweringNeedChanged).
     for w in &round.waited {
         println!(
             "waited: pod cgroup id {} waited for {}m (usage {}m, request {}m): {}",

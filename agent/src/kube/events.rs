@@ -1,5 +1,7 @@
 //! Kubernetes Events on pods (`HeadroomResized`, `HeadroomResizeRefused`,
-//! `CgroupDrift`, `CgroupDriftCleared`, `HeadroomYielded`), rate-limited per pod and reason so a
+//! `CgroupDrift`, `CgroupDriftCleared`, `HeadroomYielded`,
+//! `HeadroomLoweringHelped`, `HeadroomLoweringUndone`,
+//! `HeadroomLoweringNeedChanged`), rate-limited per pod and reason so a
 //! flapping pod cannot flood the apiserver.
 
 use std::future::Future;

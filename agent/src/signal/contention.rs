@@ -18,7 +18,7 @@
 //! left its neighbour waiting less). So a pod is owed only when it used less
 //! than its request, was displaced past its threshold, and the node's free
 //! CPU ([`Contention::free_m`]: idle, less what managed pods' own quotas
-//! held back) was less than what it waited for (and than the reserve). A
+//! held back) was less than what it waited for, or than the reserve. A
 //! pod above its request is owed nothing: CFS already gives it its weighted
 //! share of the surplus, with or without a managed pod's limit. A managed
 //! pod's own queueing or throttling never lowers it, and nothing is owed
@@ -37,7 +37,7 @@ use serde::Serialize;
 use crate::cgroup::{CgroupSample, NodeSnapshot, PodCgroup, Pressure};
 use crate::model::{CgroupPodId, Millis, PodView};
 use crate::policy::Eligibility;
-use crate::signal::usage::{NodeUsage, PodUsage};
+use crate::signal::usage::NodeUsage;
 
 /// kubepods stall (Δ`some total` / interval) at or above which per-pod
 /// pressure is read. Any pod task that waits is a kubepods task that waits,
@@ -91,6 +91,9 @@ impl Gate {
 }
 
 pub mod effect;
+mod judging;
+
+use judging::Judging;
 
 /// One pod that waited for CPU other cgroups held.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -118,8 +121,8 @@ pub struct Displaced {
     /// Used less than its request: what it waited for was its own.
     pub within_request: bool,
     /// The node's free CPU ([`Contention::free_m`]) was less than what it
-    /// waited for, and than the reserve: it could not have had the CPU
-    /// from idle.
+    /// waited for, or less than the reserve (`free < max(reserve,
+    /// displaced)`): it could not have had the CPU from idle.
     pub short: bool,
     /// It waited at least twice its threshold this interval: a wait that
     /// counts at once (a smaller one counts when it shows twice in a row).
@@ -336,93 +339,6 @@ pub fn attribute(
         .sort_by(|a, b| b.displaced_m.cmp(&a.displaced_m).then(a.id.cmp(&b.id)));
     out.demand_m = out.owed().map(|d| d.deficit_m).sum();
     out
-}
-
-/// What [`attribute`] knows of one pod beside its wait: its request, its
-/// limit, what it waited for the interval before, and the node's state this
-/// interval.
-struct Judging {
-    interval_us: u64,
-    request_m: Millis,
-    /// What it waited for the interval before (`None`: nothing recorded).
-    waited_before_m: Option<Millis>,
-    /// Its `cpu.max` as millicores (`None`: unlimited or unread).
-    limit_m: Option<Millis>,
-    /// Managed pods burst above their requests: there is CPU to take back.
-    managed_hold: bool,
-    free_m: Millis,
-    t: Thresholds,
-}
-
-impl Judging {
-    /// The pod `id` waited `waited` µs (Δ`full`) with `usage` this
-    /// interval: how much of that others displaced it, and what it is owed;
-    /// `None` when that cannot be told or is less than [`MIN_DISPLACED_M`].
-    fn judge(&self, id: &CgroupPodId, waited: u64, usage: &PodUsage) -> Option<Displaced> {
-        // A pod whose usage or own throttling is unknown this interval (new,
-        // counter reset, a file unread) is not attributed: an unknown usage
-        // read as 0 would make it "within its request", and unknown
-        // throttling read as 0 would count its own quota as displacement.
-        let (Some(usage_m), Some(throttled_us)) = (usage.usage_m, usage.throttled_us) else {
-            return None;
-        };
-        let displaced_us = waited.saturating_sub(throttled_us);
-        let request_m = self.request_m;
-        let spans = request_m.div_ceil(1000).clamp(1, self.t.cpus.max(1));
-        let mut displaced_m = ((u128::from(displaced_us) * 1000 / u128::from(self.interval_us))
-            as Millis)
-            .saturating_mul(spans);
-        // Nobody displaced a pod from CPU its own limit would not have let it
-        // use: a pod at its limit got all of it. Its `full` beyond the
-        // throttled time it reports is its own quota still: with a quota on
-        // both the pod and its container (the systemd driver sets both) each
-        // level's period timer runs at its own phase, so the time its tasks
-        // are held is the union of both levels' throttling, more than either
-        // counter. On Linux 6.12 a lone 1-thread pod at its 300m limit read
-        // `full` 700 ms a second and at most 600 ms throttled at either level.
-        if let Some(limit_m) = self.limit_m {
-            displaced_m = displaced_m.min(limit_m.saturating_sub(usage_m));
-        }
-        if displaced_m < MIN_DISPLACED_M {
-            return None;
-        }
-        let within_request = usage_m < request_m;
-        let threshold = owed_threshold_m(request_m, self.t.min_pct_of_request);
-        let again = self.waited_before_m.is_some_and(|m| m >= threshold);
-        let strong = displaced_m >= 2 * threshold;
-        let past = displaced_m >= threshold && (strong || again);
-        // Short: the free CPU could not have served what it waited for.
-        // With more free than that, its wait was wake-up latency beside
-        // idle CPU, which no lowering buys back.
-        let short = self.free_m < self.t.reserve_m.max(displaced_m);
-        let deficit_m = if past && self.managed_hold && within_request && short {
-            (request_m - usage_m).min(displaced_m)
-        } else {
-            0
-        };
-        // Less than 1 % of a CPU is not worth a patch: the agent's own pod
-        // (10m request) waking on a busy node was owed 1–4m every few
-        // seconds, and each time the managed pods were cut to their current
-        // use for it, then raised again.
-        let deficit_m = if deficit_m < MIN_DISPLACED_M {
-            0
-        } else {
-            deficit_m
-        };
-        Some(Displaced {
-            id: id.clone(),
-            waited_us: waited,
-            throttled_us,
-            displaced_us,
-            displaced_m,
-            usage_m,
-            request_m,
-            within_request,
-            short,
-            strong,
-            deficit_m,
-        })
-    }
 }
 
 /// The demand managed pods give back, held across ticks: it rises at once

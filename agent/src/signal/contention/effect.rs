@@ -36,11 +36,17 @@
 //!
 //! Pure: the caller reads the samples and carries out the verdicts.
 
+mod claim;
+mod verdict;
+
 use foldhash::{HashMap, HashMapExt};
 use std::time::Duration;
 
-use super::{Displaced, MIN_DISPLACED_M};
+use super::Displaced;
 use crate::model::{CgroupPodId, Millis, Uid};
+use claim::{Claim, Next, Stage};
+
+pub use verdict::{Effect, Judged, Lowered, Sample, judge, need_m};
 
 /// Most intervals in the before and the after window.
 pub const WINDOW: usize = 3;
@@ -69,184 +75,12 @@ pub const BLOCK_MAX: Duration = Duration::from_secs(480);
 /// dropped unjudged: twice the default drift grace, as the emulated
 /// kubelet took tens of seconds under load.
 pub const APPLY_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// One interval of the owed pod, read: its usage and pressure compared
-/// between two snapshots (an interval not read is no sample at all).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sample {
-    pub usage_m: Millis,
-    /// CPU it waited for while others held it ([`Displaced::displaced_m`]);
-    /// 0 when it was not displaced past [`MIN_DISPLACED_M`].
-    pub displaced_m: Millis,
-}
-
-/// One managed pod a lowering lowered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lowered {
-    pub uid: Uid,
-    pub from_m: Millis,
-    pub to_m: Millis,
-}
-
-/// What the check found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
-    Helped,
-    NoEffect,
-    /// The owed pod's own need changed across the windows: its usage fell
-    /// (it stopped asking) or rose beyond what it waited for (it asked for
-    /// more). What the lowering did cannot be told from that.
-    NeedChanged,
-    /// Dropped unjudged: the lowering never showed in `cpu.max` within
-    /// [`APPLY_TIMEOUT`], a pod it lowered left, or the owed pod went
-    /// unread.
-    Unjudged,
-}
-
-impl Effect {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Effect::Helped => "helped",
-            Effect::NoEffect => "no_effect",
-            Effect::NeedChanged => "need_changed",
-            Effect::Unjudged => "unjudged",
-        }
-    }
-}
-
-/// A claim judged this interval.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Judged {
-    /// The pod the lowering was for, by its cgroup (what the wait was read from).
-    pub owed: CgroupPodId,
-    pub effect: Effect,
-    pub owed_m: Millis,
-    /// Mean of the before window.
-    pub before: Sample,
-    /// Mean of the after window (`None` when unjudged).
-    pub after: Option<Sample>,
-    /// Intervals in each window.
-    pub window: usize,
-    /// The least change that counted as help: [`need_m`], or the spread
-    /// of the before window where that was larger.
-    pub bar_m: Millis,
-    /// Lowerings in a row for this owed pod that bought nothing, this one
-    /// included (0 unless no effect).
-    pub strikes: u32,
-    pub lowered: Vec<Lowered>,
-}
-
-impl Judged {
-    /// Usage gained by the owed pod, millicores (may be negative).
-    pub fn gained_m(&self) -> i64 {
-        self.after
-            .map_or(0, |a| a.usage_m as i64 - self.before.usage_m as i64)
-    }
-
-    /// Fall of its wait, millicores (may be negative).
-    pub fn wait_fell_m(&self) -> i64 {
-        self.after
-            .map_or(0, |a| self.before.displaced_m as i64 - a.displaced_m as i64)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Stage {
-    Applying {
-        pending: Vec<Uid>,
-    },
-    Measuring {
-        after: Vec<Sample>,
-    },
-    Helped {
-        keep_above_m: Millis,
-        below: u32,
-        since: Duration,
-        /// A follow-up lowering for it bought nothing: no more follow-ups
-        /// while this claim holds.
-        no_follow_up: bool,
-    },
-    /// Owed nothing until undisplaced since `last_displaced` for the quiet
-    /// window, and not before `until`.
-    Blocked {
-        last_displaced: Duration,
-        until: Duration,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct Claim {
-    owed_m: Millis,
-    /// The owed pod's request when the claim opened.
-    request_m: Millis,
-    /// The before window: the newest [`WINDOW`] intervals read before the
-    /// lowering showed in `cpu.max`.
-    before: Vec<Sample>,
-    lowered: Vec<Lowered>,
-    made_at: Duration,
-    stage: Stage,
-    /// The claim that helped this pod before this one, a follow-up
-    /// lowering, replaced: it comes back, holds and all, when the
-    /// follow-up bought nothing or could not be judged.
-    prior: Option<Box<Claim>>,
-}
-
-/// The least gain (or fall in wait) that counts as help for a pod owed
-/// `owed_m`: a quarter of it, and at least [`MIN_DISPLACED_M`].
-pub fn need_m(owed_m: Millis) -> Millis {
-    (owed_m / 4).max(MIN_DISPLACED_M)
-}
-
 /// How long a pod is owed nothing after `strikes` lowerings in a row for
 /// it bought nothing (1: the first).
 pub fn block_for(strikes: u32) -> Duration {
     let doublings = strikes.saturating_sub(1).min(16);
     BLOCK_BASE.saturating_mul(1 << doublings).min(BLOCK_MAX)
 }
-
-fn spread(before: &[Sample], f: impl Fn(&Sample) -> Millis) -> Millis {
-    let max = before.iter().map(&f).max().unwrap_or(0);
-    let min = before.iter().map(&f).min().unwrap_or(0);
-    max - min
-}
-
-/// The verdict on two windows of the owed pod, and the bar it was held to.
-///
-/// - Its usage fell by more than the bar: it stopped asking — need changed
-///   (a lowering cannot make a pod use less; its wait fell with its need).
-/// - Its usage rose by more than it waited for before, plus the bar: it
-///   asked for more — need changed (no lowering gives a pod more than it
-///   waited for).
-/// - Its usage rose, or its wait fell, by at least the bar: helped.
-/// - Else: no effect.
-///
-/// The bar is [`need_m`] of what it was owed, or the spread (max − min) of
-/// the same figure over the before window where that is larger: a change
-/// no bigger than the pod's own swing before the lowering is noise.
-pub fn judge(owed_m: Millis, before: &[Sample], after: &[Sample]) -> (Effect, Millis) {
-    let (b, a) = (mean(before), mean(after));
-    let need = need_m(owed_m);
-    let bar_usage = need.max(spread(before, |s| s.usage_m));
-    let bar_wait = need.max(spread(before, |s| s.displaced_m));
-    let gained = a.usage_m as i64 - b.usage_m as i64;
-    let fell = b.displaced_m as i64 - a.displaced_m as i64;
-    let stopped_asking = -gained > bar_usage as i64;
-    let asked_for_more = gained > (b.displaced_m + bar_usage) as i64;
-    let effect = if stopped_asking || asked_for_more {
-        Effect::NeedChanged
-    } else if gained >= bar_usage as i64 || fell >= bar_wait as i64 {
-        Effect::Helped
-    } else {
-        Effect::NoEffect
-    };
-    let bar = if gained >= bar_usage as i64 || effect != Effect::Helped {
-        bar_usage
-    } else {
-        bar_wait
-    };
-    (effect, bar)
-}
-
 /// What one interval tells [`Claims::step`] besides the owed pods' samples.
 pub struct Interval<'a> {
     pub now: Duration,
@@ -498,145 +332,5 @@ impl Claims {
         self.by_owed.insert(id.clone(), c);
     }
 }
-
-/// What one interval does to a claim.
-enum Next {
-    Keep,
-    /// Ended with nothing to report (its hold let go).
-    Drop,
-    /// Judged: kept in the Helped stage, else ended by [`Claims::end`].
-    Judged(Judged),
-}
-
-impl Claim {
-    /// One interval of this claim, with the owed pod's sample `s`.
-    fn step(&mut self, owed: &CgroupPodId, s: Option<Sample>, at: &Interval<'_>) -> Next {
-        let now = at.now;
-        match &mut self.stage {
-            Stage::Applying { pending } => {
-                // A lowered pod that left will never show its limit.
-                let gone = pending.iter().any(|u| (at.lowered_gone)(u));
-                if gone || now.saturating_sub(self.made_at) >= APPLY_TIMEOUT {
-                    return Next::Judged(self.judged(owed, Effect::Unjudged, None, 0));
-                }
-                if let Some(s) = s {
-                    self.before.push(s);
-                    // One more than the window: the newest may be the
-                    // interval the kubelet applied it in.
-                    if self.before.len() > WINDOW + 1 {
-                        self.before.remove(0);
-                    }
-                }
-                Next::Keep
-            }
-            Stage::Measuring { after } => {
-                after.extend(s);
-                let want = self.before.len().clamp(MIN_WINDOW, WINDOW);
-                if after.len() < want {
-                    // An owed pod that stays unread is not measured forever.
-                    if now.saturating_sub(self.made_at) < 2 * APPLY_TIMEOUT {
-                        return Next::Keep;
-                    }
-                    return Next::Judged(self.judged(owed, Effect::Unjudged, None, 0));
-                }
-                let after = std::mem::take(after);
-                let (effect, bar) = judge(self.owed_m, &self.before, &after);
-                let a = mean(&after);
-                if effect == Effect::Helped {
-                    let b = mean(&self.before);
-                    self.stage = Stage::Helped {
-                        keep_above_m: b.usage_m + a.usage_m.saturating_sub(b.usage_m) / 2,
-                        below: 0,
-                        since: now,
-                        no_follow_up: false,
-                    };
-                }
-                Next::Judged(self.judged(owed, effect, Some(a), bar))
-            }
-            Stage::Helped { .. } => {
-                if self.still_held(s, at) {
-                    Next::Keep
-                } else {
-                    // Let go, the claim it followed with it.
-                    Next::Drop
-                }
-            }
-            Stage::Blocked {
-                last_displaced,
-                until,
-            } => {
-                // An interval not read is not quiet.
-                if s.is_none_or(|s| s.displaced_m >= MIN_DISPLACED_M) {
-                    *last_displaced = now;
-                }
-                if now.saturating_sub(*last_displaced) < at.quiet || now < *until {
-                    Next::Keep
-                } else {
-                    Next::Drop
-                }
-            }
-        }
-    }
-
-    /// Whether a claim that helped still holds after this interval: the
-    /// owed pod still runs near its demand, within its request, and the
-    /// node has no idle CPU the size of what the hold took (else the CPU
-    /// bought goes unused, or the pod is above its request, where CFS
-    /// shares the surplus by weight) — [`QUIET_INTERVALS`] intervals
-    /// otherwise end it, going above its request at once, and [`HOLD_MAX`]
-    /// whatever it does.
-    fn still_held(&mut self, s: Option<Sample>, at: &Interval<'_>) -> bool {
-        let freed: Millis = self
-            .lowered
-            .iter()
-            .map(|l| l.from_m.saturating_sub(l.to_m))
-            .sum();
-        let request_m = self.request_m;
-        let Stage::Helped {
-            keep_above_m,
-            below,
-            since,
-            ..
-        } = &mut self.stage
-        else {
-            return false;
-        };
-        let above_request = s.is_some_and(|s| s.usage_m > request_m + super::MIN_OWED_M);
-        let still = s.is_some_and(|s| s.usage_m >= *keep_above_m)
-            && !above_request
-            && at.free_m < freed.max(MIN_DISPLACED_M);
-        *below = if still { 0 } else { *below + 1 };
-        !above_request && *below < QUIET_INTERVALS && at.now.saturating_sub(*since) < HOLD_MAX
-    }
-
-    fn judged(
-        &self,
-        owed: &CgroupPodId,
-        effect: Effect,
-        after: Option<Sample>,
-        bar_m: Millis,
-    ) -> Judged {
-        Judged {
-            owed: owed.clone(),
-            effect,
-            owed_m: self.owed_m,
-            before: mean(&self.before),
-            after,
-            window: self.before.len(),
-            bar_m,
-            strikes: 0,
-            lowered: self.lowered.clone(),
-        }
-    }
-}
-
-fn mean(samples: &[Sample]) -> Sample {
-    let n = samples.len().max(1) as Millis;
-    Sample {
-        usage_m: samples.iter().map(|s| s.usage_m).sum::<Millis>() / n,
-        displaced_m: samples.iter().map(|s| s.displaced_m).sum::<Millis>() / n,
-    }
-}
-
 #[cfg(test)]
 mod tests;

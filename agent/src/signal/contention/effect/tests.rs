@@ -1,5 +1,5 @@
 use super::*;
-use crate::signal::contention::Contention;
+use crate::signal::contention::{Contention, MIN_DISPLACED_M};
 
 const QUIET: Duration = Duration::from_secs(5);
 

@@ -1,0 +1,187 @@
+//! One claim: a lowering made for one owed pod, through its stages, one
+//! interval at a time ([`Claim::step`]).
+
+use std::time::Duration;
+
+use super::verdict::{Effect, Judged, Lowered, Sample, judge, mean};
+use super::{APPLY_TIMEOUT, HOLD_MAX, Interval, MIN_WINDOW, QUIET_INTERVALS, WINDOW};
+use crate::model::{CgroupPodId, Millis, Uid};
+use crate::signal::contention::{MIN_DISPLACED_M, MIN_OWED_M};
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Stage {
+    Applying {
+        pending: Vec<Uid>,
+    },
+    Measuring {
+        after: Vec<Sample>,
+    },
+    Helped {
+        keep_above_m: Millis,
+        below: u32,
+        since: Duration,
+        /// A follow-up lowering for it bought nothing: no more follow-ups
+        /// while this claim holds.
+        no_follow_up: bool,
+    },
+    /// Owed nothing until undisplaced since `last_displaced` for the quiet
+    /// window, and not before `until`.
+    Blocked {
+        last_displaced: Duration,
+        until: Duration,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Claim {
+    pub(super) owed_m: Millis,
+    /// The owed pod's request when the claim opened.
+    pub(super) request_m: Millis,
+    /// The before window: the newest [`WINDOW`] intervals read before the
+    /// lowering showed in `cpu.max`.
+    pub(super) before: Vec<Sample>,
+    pub(super) lowered: Vec<Lowered>,
+    pub(super) made_at: Duration,
+    pub(super) stage: Stage,
+    /// The claim that helped this pod before this one, a follow-up
+    /// lowering, replaced: it comes back, holds and all, when the
+    /// follow-up bought nothing or could not be judged.
+    pub(super) prior: Option<Box<Claim>>,
+}
+
+/// What one interval does to a claim.
+pub(super) enum Next {
+    Keep,
+    /// Ended with nothing to report (its hold let go).
+    Drop,
+    /// Judged: kept in the Helped stage, else ended by
+    /// [`Claims::end`](super::Claims::end).
+    Judged(Judged),
+}
+
+impl Claim {
+    /// One interval of this claim, with the owed pod's sample `s`.
+    pub(super) fn step(
+        &mut self,
+        owed: &CgroupPodId,
+        s: Option<Sample>,
+        at: &Interval<'_>,
+    ) -> Next {
+        let now = at.now;
+        match &mut self.stage {
+            Stage::Applying { pending } => {
+                // A lowered pod that left will never show its limit.
+                let gone = pending.iter().any(|u| (at.lowered_gone)(u));
+                if gone || now.saturating_sub(self.made_at) >= APPLY_TIMEOUT {
+                    return Next::Judged(self.judged(owed, Effect::Unjudged, None, 0));
+                }
+                if let Some(s) = s {
+                    self.before.push(s);
+                    // One more than the window: the newest may be the
+                    // interval the kubelet applied it in.
+                    if self.before.len() > WINDOW + 1 {
+                        self.before.remove(0);
+                    }
+                }
+                Next::Keep
+            }
+            Stage::Measuring { after } => {
+                after.extend(s);
+                let want = self.before.len().clamp(MIN_WINDOW, WINDOW);
+                if after.len() < want {
+                    // An owed pod that stays unread is not measured forever.
+                    if now.saturating_sub(self.made_at) < 2 * APPLY_TIMEOUT {
+                        return Next::Keep;
+                    }
+                    return Next::Judged(self.judged(owed, Effect::Unjudged, None, 0));
+                }
+                let after = std::mem::take(after);
+                let (effect, bar) = judge(self.owed_m, &self.before, &after);
+                let a = mean(&after);
+                if effect == Effect::Helped {
+                    let b = mean(&self.before);
+                    self.stage = Stage::Helped {
+                        keep_above_m: b.usage_m + a.usage_m.saturating_sub(b.usage_m) / 2,
+                        below: 0,
+                        since: now,
+                        no_follow_up: false,
+                    };
+                }
+                Next::Judged(self.judged(owed, effect, Some(a), bar))
+            }
+            Stage::Helped { .. } => {
+                if self.still_held(s, at) {
+                    Next::Keep
+                } else {
+                    // Let go, the claim it followed with it.
+                    Next::Drop
+                }
+            }
+            Stage::Blocked {
+                last_displaced,
+                until,
+            } => {
+                // An interval not read is not quiet.
+                if s.is_none_or(|s| s.displaced_m >= MIN_DISPLACED_M) {
+                    *last_displaced = now;
+                }
+                if now.saturating_sub(*last_displaced) < at.quiet || now < *until {
+                    Next::Keep
+                } else {
+                    Next::Drop
+                }
+            }
+        }
+    }
+
+    /// Whether a claim that helped still holds after this interval: the
+    /// owed pod still runs near its demand, within its request, and the
+    /// node has no idle CPU the size of what the hold took (else the CPU
+    /// bought goes unused, or the pod is above its request, where CFS
+    /// shares the surplus by weight) — [`QUIET_INTERVALS`] intervals
+    /// otherwise end it, going above its request at once, and [`HOLD_MAX`]
+    /// whatever it does.
+    fn still_held(&mut self, s: Option<Sample>, at: &Interval<'_>) -> bool {
+        let freed: Millis = self
+            .lowered
+            .iter()
+            .map(|l| l.from_m.saturating_sub(l.to_m))
+            .sum();
+        let request_m = self.request_m;
+        let Stage::Helped {
+            keep_above_m,
+            below,
+            since,
+            ..
+        } = &mut self.stage
+        else {
+            return false;
+        };
+        let above_request = s.is_some_and(|s| s.usage_m > request_m + MIN_OWED_M);
+        let still = s.is_some_and(|s| s.usage_m >= *keep_above_m)
+            && !above_request
+            && at.free_m < freed.max(MIN_DISPLACED_M);
+        *below = if still { 0 } else { *below + 1 };
+        !above_request && *below < QUIET_INTERVALS && at.now.saturating_sub(*since) < HOLD_MAX
+    }
+
+    pub(super) fn judged(
+        &self,
+        owed: &CgroupPodId,
+        effect: Effect,
+        after: Option<Sample>,
+        bar_m: Millis,
+    ) -> Judged {
+        Judged {
+            owed: owed.clone(),
+            effect,
+            owed_m: self.owed_m,
+            before: mean(&self.before),
+            after,
+            window: self.before.len(),
+            bar_m,
+            strikes: 0,
+            lowered: self.lowered.clone(),
+        }
+    }
+}
