@@ -198,7 +198,7 @@ pub fn on_lowering_checked(
                 type_: EventType::Normal,
                 reason: REASON_LOWERING_UNDONE,
                 note: format!(
-                    "lowering {}m→{}m for {owed} bought nothing: {figures}; undone, not repeated while its demand lasts",
+                    "lowering {}m→{}m for {owed} bought nothing: {figures}; undone; not lowered for again until it has been quiet and its block (30 s, doubling each time in a row) is over",
                     lowered.from_m, lowered.to_m
                 ),
             });
