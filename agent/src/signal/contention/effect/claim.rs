@@ -17,6 +17,8 @@ pub(super) enum Stage {
         after: Vec<Sample>,
     },
     Helped {
+        /// The least demand (usage + wait) per interval that is still the
+        /// need the lowering was for: its demand before, less the bar.
         keep_above_m: Millis,
         below: u32,
         since: Duration,
@@ -99,9 +101,14 @@ impl Claim {
                 let (effect, bar) = judge(self.owed_m, &self.before, &after);
                 let a = mean(&after);
                 if effect == Effect::Helped {
+                    // Its demand, not its usage: a pod the hold helps still
+                    // swings by its own noise second to second (the
+                    // neighbour on the emulated node used 539–716m with
+                    // its demand at 780–800m), and three seconds under a
+                    // usage threshold ended holds it still needed.
                     let b = mean(&self.before);
                     self.stage = Stage::Helped {
-                        keep_above_m: b.usage_m + a.usage_m.saturating_sub(b.usage_m) / 2,
+                        keep_above_m: (b.usage_m + b.displaced_m).saturating_sub(bar),
                         below: 0,
                         since: now,
                         no_follow_up: false,
@@ -135,7 +142,8 @@ impl Claim {
     }
 
     /// Whether a claim that helped still holds after this interval: the
-    /// owed pod still runs near its demand, within its request, and the
+    /// owed pod still asks for about what it asked for before (its usage
+    /// plus its wait, within the verdict's bar), within its request, and the
     /// node has no idle CPU the size of what the hold took (else the CPU
     /// bought goes unused, or the pod is above its request, where CFS
     /// shares the surplus by weight) — [`QUIET_INTERVALS`] intervals
@@ -158,7 +166,7 @@ impl Claim {
             return false;
         };
         let above_request = s.is_some_and(|s| s.usage_m > request_m + MIN_OWED_M);
-        let still = s.is_some_and(|s| s.usage_m >= *keep_above_m)
+        let still = s.is_some_and(|s| s.usage_m + s.displaced_m >= *keep_above_m)
             && !above_request
             && at.free_m < freed.max(MIN_DISPLACED_M);
         *below = if still { 0 } else { *below + 1 };
