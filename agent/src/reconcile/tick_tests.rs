@@ -446,12 +446,10 @@ impl Counters {
 }
 
 impl Harness {
-    /// Raised to 400m and applied, with the neighbour's cgroup and pod
-    /// (idle) beside it; the pod's lowering cooldown is over.
-    async fn raised_with_a_neighbour() -> (Self, PathBuf) {
-        let mut h = Self::raised().await;
-        h.kubelet_resized(2, 400);
-        let nbr_dir = h.kubepods.join("kubepods-burstable.slice").join(format!(
+    /// The neighbour's pod (within its 800m request, unmanaged) in the
+    /// watch cache and its cgroup, idle, in the tree; returns its directory.
+    fn add_neighbour(&mut self) -> PathBuf {
+        let nbr_dir = self.kubepods.join("kubepods-burstable.slice").join(format!(
             "kubepods-burstable-pod{}.slice",
             NBR_UID.replace('-', "_")
         ));
@@ -460,8 +458,17 @@ impl Harness {
             &nbr_dir.join(format!("cri-containerd-{NBR_APP}.scope")),
             "max 100000",
         );
-        h.pods
+        self.pods
             .apply_watcher_event(&watcher::Event::Apply(neighbour()));
+        nbr_dir
+    }
+
+    /// Raised to 400m and applied, with the neighbour's cgroup and pod
+    /// (idle) beside it; the pod's lowering cooldown is over.
+    async fn raised_with_a_neighbour() -> (Self, PathBuf) {
+        let mut h = Self::raised().await;
+        h.kubelet_resized(2, 400);
+        let nbr_dir = h.add_neighbour();
         h.agent.scan.audit_requested = true; // find the new cgroup
         h.tick().await;
         h.tick().await;
@@ -806,17 +813,7 @@ async fn a_calm_tick_reads_the_managed_pods_only_and_a_stall_reads_everyone() {
 #[tokio::test]
 async fn run_and_plan_decide_the_same_round_from_the_same_two_samples() {
     let mut h = Harness::new();
-    let nbr_dir = h.kubepods.join("kubepods-burstable.slice").join(format!(
-        "kubepods-burstable-pod{}.slice",
-        NBR_UID.replace('-', "_")
-    ));
-    cgroup(&nbr_dir, "max 100000");
-    cgroup(
-        &nbr_dir.join(format!("cri-containerd-{NBR_APP}.scope")),
-        "max 100000",
-    );
-    h.pods
-        .apply_watcher_event(&watcher::Event::Apply(neighbour()));
+    let nbr_dir = h.add_neighbour();
     let root = h._tmp.path().to_path_buf();
     let layout = crate::cgroup::discover(&root).unwrap();
     let at = |h: &Harness| h.clock.load(Ordering::SeqCst) * 1_000_000 + 1_000_000;

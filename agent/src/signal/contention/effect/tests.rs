@@ -68,11 +68,9 @@ fn steady() -> CgroupPodId {
     CgroupPodId::from("steady")
 }
 
-/// A claim for `steady` (using 500m, waiting 250m, owed 250m) after svc was
-/// lowered 1900m → 1650m at 0 s; one more interval (500m, 250m) read while
-/// the kubelet applied it, at 1 s; applied at 2 s. Its before window: the
-/// two intervals, (500m, 250m) each.
-fn applied() -> Claims {
+/// A claim for `steady` (using 500m, waiting 250m, owed 250m) opened at 0 s
+/// for svc's lowering 1900m → 1650m, not applied yet.
+fn opened() -> Claims {
     let mut c = Claims::default();
     c.open(
         [&owed("steady", 500, 250, 250)],
@@ -80,6 +78,15 @@ fn applied() -> Claims {
         &svc(1900, 1650),
         s(0),
     );
+    c
+}
+
+/// A claim for `steady` (using 500m, waiting 250m, owed 250m) after svc was
+/// lowered 1900m → 1650m at 0 s; one more interval (500m, 250m) read while
+/// the kubelet applied it, at 1 s; applied at 2 s. Its before window: the
+/// two intervals, (500m, 250m) each.
+fn applied() -> Claims {
+    let mut c = opened();
     assert!(step(&mut c, 1, sample(500, 250)).is_empty());
     assert!(step(&mut c, 2, sample(500, 250)).is_empty());
     assert!(c.resize_done(&Uid::from("svc"), true, s(2)).is_empty());
@@ -111,13 +118,7 @@ fn a_claim_opens_only_when_something_was_lowered() {
 
 #[test]
 fn no_second_lowering_for_a_pod_before_the_first_ones_effect_is_known() {
-    let mut c = Claims::default();
-    c.open(
-        [&owed("steady", 500, 250, 250)],
-        no_earlier,
-        &svc(1900, 1650),
-        s(0),
-    );
+    let mut c = opened();
     let contention = Contention {
         displaced: vec![owed("steady", 500, 300, 300), owed("other", 100, 60, 60)],
         ..Contention::default()
@@ -136,13 +137,7 @@ fn no_second_lowering_for_a_pod_before_the_first_ones_effect_is_known() {
 
 #[test]
 fn nothing_is_judged_before_the_kubelet_applied_the_lowering() {
-    let mut c = Claims::default();
-    c.open(
-        [&owed("steady", 500, 250, 250)],
-        no_earlier,
-        &svc(1900, 1650),
-        s(0),
-    );
+    let mut c = opened();
     for t in 1..10 {
         assert!(
             step(&mut c, t, sample(800, 0)).is_empty(),
@@ -355,13 +350,7 @@ fn the_windows_are_equal_and_of_intervals_read() {
 
 #[test]
 fn a_lowering_never_applied_is_dropped_unjudged_and_blocks_once() {
-    let mut c = Claims::default();
-    c.open(
-        [&owed("steady", 500, 250, 250)],
-        no_earlier,
-        &svc(1900, 1650),
-        s(0),
-    );
+    let mut c = opened();
     let j = c.resize_done(&Uid::from("svc"), false, s(1));
     assert_eq!(j[0].effect, Effect::Unjudged);
     assert!(c.holds().is_empty());
@@ -370,13 +359,7 @@ fn a_lowering_never_applied_is_dropped_unjudged_and_blocks_once() {
         ..Contention::default()
     };
     assert_eq!(c.fresh(&contention), (0, 0), "blocked for the base block");
-    let mut c = Claims::default();
-    c.open(
-        [&owed("steady", 500, 250, 250)],
-        no_earlier,
-        &svc(1900, 1650),
-        s(0),
-    );
+    let mut c = opened();
     assert!(step(&mut c, 59, None).is_empty());
     assert_eq!(step(&mut c, 60, None)[0].effect, Effect::Unjudged);
     assert!(c.holds().is_empty());
@@ -422,13 +405,7 @@ fn a_claim_waits_for_every_pod_it_lowered() {
 
 #[test]
 fn a_lowered_pod_that_leaves_ends_the_claim_at_once() {
-    let mut c = Claims::default();
-    c.open(
-        [&owed("steady", 500, 250, 250)],
-        no_earlier,
-        &svc(1900, 1650),
-        s(0),
-    );
+    let mut c = opened();
     let j = step_on(&mut c, 1, 0, "svc", sample(500, 250));
     assert_eq!(j[0].effect, Effect::Unjudged);
     assert!(c.holds().is_empty());
