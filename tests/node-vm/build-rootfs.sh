@@ -89,6 +89,9 @@ ln -sf /lib/systemd/system/systemd-networkd.service "$wants/"
 for u in headroom-node headroom-images kubelet; do
   ln -sf "/etc/systemd/system/$u.service" "$wants/"
 done
+mkdir -p "$root/etc/systemd/system/sysinit.target.wants"
+ln -sf /etc/systemd/system/headroom-cfs-bandwidth-key.service \
+  "$root/etc/systemd/system/sysinit.target.wants/"
 for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service \
          fstrim.timer systemd-networkd-wait-online.service getty@tty1.service \
          systemd-timesyncd.service; do

@@ -56,10 +56,13 @@ pub fn diagnose(name: &str, dir: &Path) -> String {
             .unwrap_or_else(|e| format!("<{cmd}: {e}>"))
     };
     let dir_s = dir.display().to_string();
+    let console = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
     format!(
         "--- diagnosis of node {name}: vCPUs {vcpus}\n\
+         guest kernel: {}\n\
          host load: {}\nhost memory:\n{}\nhost disk of {dir_s}:\n{}\n\
          --- console tail:\n{}",
+        kernel_failure(&console).unwrap_or("no panic, oops or lockup on the console"),
         std::fs::read_to_string("/proc/loadavg")
             .unwrap_or_default()
             .trim(),
@@ -67,6 +70,24 @@ pub fn diagnose(name: &str, dir: &Path) -> String {
         host("df", &["-h", &dir_s]),
         log_tail(&dir.join("console.log"), 30)
     )
+}
+
+/// The first console line that says the guest kernel failed (a panic, an
+/// oops, a BUG or a lockup), so a node that died under the test is told from
+/// one the test could not reach.
+pub fn kernel_failure(console: &str) -> Option<&str> {
+    const MARKS: [&str; 6] = [
+        "Kernel panic",
+        "BUG:",
+        "Oops:",
+        "general protection fault",
+        "soft lockup",
+        "rcu_sched self-detected stall",
+    ];
+    console
+        .lines()
+        .find(|l| MARKS.iter().any(|m| l.contains(m)))
+        .map(str::trim)
 }
 
 /// QMP `query-status` over the VM's socket: `running`, `paused (io-error)`, ...
@@ -157,6 +178,29 @@ mod tests {
         });
         assert!(query_status(&sock).is_err());
         h.join().unwrap();
+    }
+
+    #[test]
+    fn a_panicked_guest_is_named_in_the_diagnosis() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("console.log"),
+            "[   39.1] RIP: 0010:update_curr+0x63/0x200\n\
+             [   39.2] Kernel panic - not syncing: Fatal exception in interrupt\n\
+             [   42.1] Shutting down cpus with NMI\n",
+        )
+        .unwrap();
+        let d = diagnose("panicked-node", dir.path());
+        assert!(
+            d.contains("guest kernel: [   39.2] Kernel panic - not syncing: Fatal exception"),
+            "{d}"
+        );
+        std::fs::write(dir.path().join("console.log"), "vm login: \n").unwrap();
+        let d = diagnose("quiet-node", dir.path());
+        assert!(
+            d.contains("guest kernel: no panic, oops or lockup on the console"),
+            "{d}"
+        );
     }
 
     #[test]

@@ -548,7 +548,29 @@ impl NodeVm {
         let master = spawn_guarded(master)?;
         kill_at_exit(vec![master.id()], None);
         std::mem::forget(master);
+        self.check_cfs_bandwidth_key().await?;
         Ok(up)
+    }
+
+    /// Fails at once on a guest whose CFS bandwidth key is not held on from
+    /// boot (an image from before headroom-cfs-bandwidth-key, or the unit
+    /// failed): on such a guest the first pod with a CPU limit patches the
+    /// scheduler's code under emulation, which can panic or livelock it
+    /// minutes later (docs/development.md, "Guest kernels under emulation").
+    async fn check_cfs_bandwidth_key(&self) -> anyhow::Result<()> {
+        let max = self
+            .sh("cat /sys/fs/cgroup/headroom-cfs-bandwidth-key/cpu.max 2>&1 || true")
+            .await?;
+        if !cfs_key_pinned(&max) {
+            bail!(
+                "{}: the CFS bandwidth key is not pinned on (cpu.max of \
+                 /sys/fs/cgroup/headroom-cfs-bandwidth-key: {:?}); rebuild the \
+                 node image (tests/node-vm/build-rootfs.sh)",
+                self.spec.name,
+                max.trim()
+            );
+        }
+        Ok(())
     }
 
     /// Waits for the Node object to be Ready.
@@ -602,6 +624,16 @@ impl Drop for NodeVm {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A `cpu.max` that holds a quota ("<quota> <period>"), not "max" and not an
+/// error message: the key is on while this cgroup exists.
+fn cfs_key_pinned(cpu_max: &str) -> bool {
+    let mut f = cpu_max.split_whitespace();
+    matches!(
+        (f.next().map(str::parse::<u64>), f.next().map(str::parse::<u64>), f.next()),
+        (Some(Ok(q)), Some(Ok(p)), None) if q > 0 && p > 0
+    )
 }
 
 fn ready_timeout() -> Duration {
@@ -746,5 +778,22 @@ impl RealCluster {
             .iter()
             .find(|n| n.name() == name)
             .unwrap_or_else(|| panic!("no node {name}"))
+    }
+}
+
+#[cfg(test)]
+mod cfs_key_tests {
+    use super::cfs_key_pinned;
+
+    #[test]
+    fn a_quota_pins_the_key_and_max_or_an_error_does_not() {
+        assert!(cfs_key_pinned("100000000 100000\n"));
+        assert!(!cfs_key_pinned("max 100000\n"));
+        assert!(!cfs_key_pinned(
+            "cat: /sys/fs/cgroup/headroom-cfs-bandwidth-key/cpu.max: No such file or directory\n"
+        ));
+        assert!(!cfs_key_pinned(""));
+        assert!(!cfs_key_pinned("0 100000"));
+        assert!(!cfs_key_pinned("100000 100000 extra"));
     }
 }
