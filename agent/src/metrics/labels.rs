@@ -46,8 +46,9 @@ pub enum ResizeResult {
     verified,
     /// Not seen in `cpu.max` within the grace period.
     unverified,
-    /// Replaced by a newer patch of the same pod before it was verified
-    /// (the newer one is followed instead).
+    /// Replaced before it was verified: by a newer patch of the same pod
+    /// (the newer one is followed instead), or by another writer's change
+    /// of its limits (Headroom yields the pod to it).
     superseded,
     /// The pod was deleted (or left the node) before it was verified.
     pod_gone,

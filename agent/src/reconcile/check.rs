@@ -69,7 +69,9 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             tracing::debug!(?ev, "resize verification");
             let (uid, verified) = match &ev {
                 ResizeOutcome::Verified { uid, .. } => (uid, true),
-                ResizeOutcome::Unverified { uid, .. } => (uid, false),
+                ResizeOutcome::Unverified { uid, .. } | ResizeOutcome::Overtaken { uid, .. } => {
+                    (uid, false)
+                }
             };
             judged.extend(self.scan.claims.resize_done(uid, verified, now));
         }
@@ -86,10 +88,27 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
     ) -> Vec<ResizeOutcome> {
         let mut out = Vec::new();
         let grace = self.settings.drift_grace;
+        let wall_clock_s = crate::policy::writers::wall_clock_s();
         for v in views {
             let Some(r) = self.records.get_mut(&v.uid).and_then(|r| r.resize_mut()) else {
                 continue;
             };
+            // Another writer's resize of the pod since this one: the
+            // cgroups will show its value, which is not Headroom's to verify.
+            if let Some(w) = crate::policy::writers::yields_to(v, wall_clock_s) {
+                let o = ResizeOutcome::Overtaken {
+                    uid: v.uid.clone(),
+                    generation: r.generation(),
+                    by: w.manager.clone(),
+                };
+                let direction = r.direction();
+                if let Some(rec) = self.records.get_mut(&v.uid) {
+                    rec.resize_ended();
+                }
+                self.apply(v, on_resize_outcome(&o, direction), now).await;
+                out.push(o);
+                continue;
+            }
             r.kubelet_status(&v.resize, now);
             let matches = cgroups_match(
                 v,

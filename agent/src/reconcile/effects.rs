@@ -98,6 +98,10 @@ fn log(view: &PodView, line: &Log) {
             pod = %pod, generation, kubelet_done, waited_s = waited.as_secs(),
             "resize not seen in cpu.max within grace"
         ),
+        Log::Overtaken { generation, by } => tracing::info!(
+            pod = %pod, generation, by = %by,
+            "resize overtaken by another writer's before it showed in cpu.max; not verified as Headroom's"
+        ),
         Log::Drift { mismatch, lasting } => tracing::warn!(
             pod = %pod, cgroup = %mismatch.target, %mismatch, for_s = lasting.as_secs(),
             "cgroup drift"

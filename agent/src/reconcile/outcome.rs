@@ -95,6 +95,10 @@ pub enum Log {
         kubelet_done: bool,
         waited: Duration,
     },
+    Overtaken {
+        generation: i64,
+        by: String,
+    },
     Drift {
         mismatch: Mismatch,
         lasting: Duration,
@@ -114,7 +118,7 @@ pub enum Log {
     YieldEnded,
     /// What a lowering of this pod bought the pod it was made for.
     LoweringChecked {
-        /// `namespace/name` of the owed pod (its uid if it is not known).
+        /// `namespace/name` of the owed pod (its cgroup's pod id if it is not known).
         owed: String,
         effect: &'static str,
         from_m: Millis,
@@ -423,6 +427,15 @@ pub fn on_resize_outcome(outcome: &ResizeOutcome, direction: Direction) -> Vec<E
                 generation,
                 kubelet_done,
                 waited,
+            }),
+        ],
+        ResizeOutcome::Overtaken {
+            generation, ref by, ..
+        } => vec![
+            Effect::Resize(ResizeResult::superseded, direction),
+            Effect::Log(Log::Overtaken {
+                generation,
+                by: by.clone(),
             }),
         ],
     }

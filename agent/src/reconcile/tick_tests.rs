@@ -664,7 +664,12 @@ async fn a_lowering_that_helped_holds_while_the_neighbour_runs() {
 /// `limit_m` at Unix second `at_s` (generation 3, seen by the kubelet),
 /// with `headroom.dev/resume` set to `resume` if given.
 fn resized_by_other(limit_m: Millis, at_s: i64, resume: Option<i64>) -> Pod {
-    let mut p = serde_json::to_value(pod(3, limit_m, 3)).unwrap();
+    resized_by_other_at(3, limit_m, at_s, resume)
+}
+
+/// [`resized_by_other`] at `generation`.
+fn resized_by_other_at(generation: i64, limit_m: Millis, at_s: i64, resume: Option<i64>) -> Pod {
+    let mut p = serde_json::to_value(pod(generation, limit_m, generation)).unwrap();
     let at = |s: i64| {
         k8s_openapi::jiff::Timestamp::from_second(s)
             .unwrap()
@@ -951,6 +956,90 @@ async fn a_pod_a_lowering_was_made_for_leaves_and_its_claim_goes_with_it() {
             .is_some_and(|s| s.pods.iter().all(|p| p.id != nbr)),
         "its cgroup is not read any more"
     );
+}
+
+/// Headroom lowered `ns/web` 400m → 100m for the neighbour (generation 3);
+/// before the kubelet applied it, another writer (vpa-updater) resized it
+/// to 250m (generation 4), and the cgroups show 250m. The neighbour then
+/// runs (800m, no wait), which the lowering alone would be credited with:
+/// the resize is not verified as Headroom's (`superseded`), the claim ends
+/// unjudged, nothing is held, and Headroom writes nothing more to the pod.
+#[tokio::test]
+async fn another_writers_resize_of_a_lowered_pod_is_neither_verified_nor_judged_as_the_lowering() {
+    let (mut h, nbr_dir) = Harness::raised_with_a_neighbour().await;
+    let [mut kp, mut web, mut nbr] = [
+        Counters::default(),
+        Counters::default(),
+        Counters::default(),
+    ];
+    kp.second(&h.kubepods, 0, 0, 0);
+    h.tick().await;
+    h.busy_m = 3900;
+    h.script([Reply::Applied { generation: 3 }]);
+    for _ in 0..2 {
+        kp.second(&h.kubepods, 0, 1000, 0);
+        web.second(&h.pod_dir, 400, 1000, 0);
+        nbr.second(&nbr_dir, 500, 300, 300);
+        h.tick().await;
+    }
+    let lowered = h.resizes().len();
+    assert_eq!(h.resizes().last().map(|r| r.attempted_m), Some(100));
+
+    let at = crate::policy::writers::wall_clock_s() - 2;
+    write(&h.pod_dir, "cpu.max", &quota(250));
+    let app = h.pod_dir.join(format!("cri-containerd-{APP}.scope"));
+    write(&app, "cpu.max", &quota(250));
+    h.pods
+        .apply_watcher_event(&watcher::Event::Apply(resized_by_other_at(
+            4, 250, at, None,
+        )));
+    for _ in 0..10 {
+        kp.second(&h.kubepods, 0, 0, 0);
+        web.second(&h.pod_dir, 250, 0, 0);
+        nbr.second(&nbr_dir, 800, 0, 0);
+        h.tick().await;
+    }
+    let lower = |result| [("result", result), ("direction", "lower")];
+    assert_eq!(h.metric(RESIZES, &lower("verified")), 0.0);
+    assert_eq!(h.metric(RESIZES, &lower("superseded")), 1.0);
+    assert_eq!(h.metric(LOWERINGS, &[("effect", "helped")]), 0.0);
+    assert_eq!(h.metric(LOWERINGS, &[("effect", "unjudged")]), 1.0);
+    assert!(h.agent.scan.claims.holds().is_empty(), "no hold");
+    assert_eq!(h.resizes().len(), lowered, "{:?}", h.resizes());
+}
+
+/// The same writer, after the lowering showed in `cpu.max` and while it
+/// is measured: the after window would measure 250m, not 100m. Unjudged,
+/// not helped.
+#[tokio::test]
+async fn another_writers_resize_while_a_lowering_is_measured_ends_it_unjudged() {
+    let (mut h, nbr_dir, [mut kp, mut web, mut nbr]) = lowered_for_the_neighbour().await;
+    kp.second(&h.kubepods, 0, 1000, 0);
+    web.second(&h.pod_dir, 100, 1000, 0);
+    nbr.second(&nbr_dir, 500, 300, 300);
+    h.tick().await;
+    let lower = |result| [("result", result), ("direction", "lower")];
+    assert_eq!(h.metric(RESIZES, &lower("verified")), 1.0, "measuring now");
+
+    let at = crate::policy::writers::wall_clock_s() - 2;
+    write(&h.pod_dir, "cpu.max", &quota(250));
+    let app = h.pod_dir.join(format!("cri-containerd-{APP}.scope"));
+    write(&app, "cpu.max", &quota(250));
+    h.pods
+        .apply_watcher_event(&watcher::Event::Apply(resized_by_other_at(
+            4, 250, at, None,
+        )));
+    let lowered = h.resizes().len();
+    for _ in 0..10 {
+        kp.second(&h.kubepods, 0, 0, 0);
+        web.second(&h.pod_dir, 250, 0, 0);
+        nbr.second(&nbr_dir, 800, 0, 0);
+        h.tick().await;
+    }
+    assert_eq!(h.metric(LOWERINGS, &[("effect", "helped")]), 0.0);
+    assert_eq!(h.metric(LOWERINGS, &[("effect", "unjudged")]), 1.0);
+    assert!(h.agent.scan.claims.holds().is_empty(), "no hold");
+    assert_eq!(h.resizes().len(), lowered, "{:?}", h.resizes());
 }
 
 /// Pod `ns/other` (not opted in, so never resized) with uid `uid`.

@@ -189,6 +189,15 @@ pub enum ResizeOutcome {
         kubelet_done: bool,
         waited: Duration,
     },
+    /// Another writer changed the pod's limits before this resize showed
+    /// (`managedFields`): what `cpu.max` shows from now on is its value,
+    /// and matching it would verify someone else's resize as Headroom's.
+    Overtaken {
+        uid: Uid,
+        generation: i64,
+        /// The other writer's field manager.
+        by: String,
+    },
 }
 
 /// A patched resize followed until it is verified in the cgroups (its

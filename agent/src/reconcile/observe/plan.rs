@@ -111,14 +111,25 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         slack: &NodeUsage,
         contention: &Contention,
     ) -> Vec<Judged> {
+        // Most ticks have no claim: no sets to build.
+        if self.scan.claims.is_idle() {
+            return Vec::new();
+        }
         let live: HashSet<&CgroupPodId> = views.iter().map(|v| &v.cgroup_id).collect();
-        let live_uids: HashSet<&Uid> = views.iter().map(|v| &v.uid).collect();
+        // Pods still Headroom's to hold: on the node, and no other writer's
+        // resize of their limits since (which Headroom yields to).
+        let wall_clock_s = crate::policy::writers::wall_clock_s();
+        let held: HashSet<&Uid> = views
+            .iter()
+            .filter(|v| crate::policy::writers::yields_to(v, wall_clock_s).is_none())
+            .map(|v| &v.uid)
+            .collect();
         let interval = effect::Interval {
             now,
             free_m: contention.free_m,
             quiet: Duration::from_secs_f64(self.settings.policy.contention_window_s.max(1.0)),
             owed_gone: &|id| !live.contains(id),
-            lowered_gone: &|uid| !live_uids.contains(uid),
+            lowered_released: &|uid| !held.contains(uid),
         };
         self.scan
             .claims

@@ -91,8 +91,10 @@ pub struct Interval<'a> {
     pub quiet: Duration,
     /// Whether a pod (owed, by cgroup id) left the node.
     pub owed_gone: &'a dyn Fn(&CgroupPodId) -> bool,
-    /// Whether a managed pod (by uid) left the node.
-    pub lowered_gone: &'a dyn Fn(&Uid) -> bool,
+    /// Whether a pod a lowering lowered (by uid) is no longer Headroom's:
+    /// it left the node, or another writer changed its limits (Headroom
+    /// yields the pod to it). What follows is not that lowering's doing.
+    pub lowered_released: &'a dyn Fn(&Uid) -> bool,
 }
 
 /// Every open claim, keyed by the owed pod's cgroup id.
@@ -105,6 +107,11 @@ pub struct Claims {
 }
 
 impl Claims {
+    /// Nothing open and no strikes kept: an interval has nothing to do.
+    pub fn is_idle(&self) -> bool {
+        self.by_owed.is_empty() && self.strikes.is_empty()
+    }
+
     /// Whether a claim for this pod is open (in any stage).
     pub fn has(&self, owed: &CgroupPodId) -> bool {
         self.by_owed.contains_key(owed)

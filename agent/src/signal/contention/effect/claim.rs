@@ -70,11 +70,17 @@ impl Claim {
         at: &Interval<'_>,
     ) -> Next {
         let now = at.now;
+        // A lowered pod that left will never show its limit; one another
+        // writer resized shows that writer's: neither measures the lowering,
+        // and a hold has nothing left to hold.
+        let released = self.lowered.iter().any(|l| (at.lowered_released)(&l.uid));
         match &mut self.stage {
-            Stage::Applying { pending } => {
-                // A lowered pod that left will never show its limit.
-                let gone = pending.iter().any(|u| (at.lowered_gone)(u));
-                if gone || now.saturating_sub(self.made_at) >= APPLY_TIMEOUT {
+            Stage::Applying { .. } | Stage::Measuring { .. } if released => {
+                Next::Judged(self.judged(owed, Effect::Unjudged, None, 0))
+            }
+            Stage::Helped { .. } if released => Next::Drop,
+            Stage::Applying { .. } => {
+                if now.saturating_sub(self.made_at) >= APPLY_TIMEOUT {
                     return Next::Judged(self.judged(owed, Effect::Unjudged, None, 0));
                 }
                 if let Some(s) = s {

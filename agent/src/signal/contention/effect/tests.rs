@@ -44,17 +44,18 @@ fn no_earlier(_: &CgroupPodId) -> Option<Sample> {
 }
 
 /// One interval at `t` s on a node with `free_m` free, every pod present
-/// unless `gone` names it (an owed pod's cgroup id or a lowered pod's uid).
+/// and Headroom's unless `gone` names it (an owed pod's cgroup id gone, or a
+/// lowered pod's uid gone or resized by another writer).
 fn step_on(c: &mut Claims, t: u64, free_m: Millis, gone: &str, smp: Option<Sample>) -> Vec<Judged> {
     let owed_gone = |id: &CgroupPodId| id.as_str() == gone;
-    let lowered_gone = |u: &Uid| u.as_str() == gone;
+    let lowered_released = |u: &Uid| u.as_str() == gone;
     c.step(
         &Interval {
             now: s(t),
             free_m,
             quiet: QUIET,
             owed_gone: &owed_gone,
-            lowered_gone: &lowered_gone,
+            lowered_released: &lowered_released,
         },
         |_| smp,
     )
@@ -408,6 +409,31 @@ fn a_lowered_pod_that_leaves_ends_the_claim_at_once() {
     let mut c = opened();
     let j = step_on(&mut c, 1, 0, "svc", sample(500, 250));
     assert_eq!(j[0].effect, Effect::Unjudged);
+    assert!(c.holds().is_empty());
+}
+
+/// Another writer resized svc after the lowering showed: the after window
+/// would measure its limit, not the lowering. Unjudged, though the owed
+/// pod's figures alone would read helped.
+#[test]
+fn a_lowered_pod_released_while_measuring_is_not_judged_on_another_writers_limit() {
+    let mut c = applied();
+    assert!(step(&mut c, 3, sample(720, 30)).is_empty());
+    let j = step_on(&mut c, 4, 0, "svc", sample(720, 30));
+    assert_eq!(j.len(), 1);
+    assert_eq!(j[0].effect, Effect::Unjudged);
+    assert!(c.holds().is_empty());
+}
+
+/// A hold whose lowered pod another writer resized holds nothing: it ends
+/// at once, though the owed pod still runs at its demand.
+#[test]
+fn a_hold_ends_when_its_lowered_pod_is_released() {
+    let mut c = helped();
+    step(&mut c, 5, sample(720, 0));
+    assert!(c.has(&steady()));
+    assert!(step_on(&mut c, 6, 0, "svc", sample(720, 0)).is_empty());
+    assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
 }
 
