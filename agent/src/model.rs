@@ -73,6 +73,20 @@ macro_rules! string_key {
 string_key!(Uid);
 string_key!(CgroupPodId);
 
+impl CgroupPodId {
+    /// Serialises the id (a field with `#[serde(flatten, serialize_with)]`)
+    /// as `pod_id`, and as `uid` too, the name it had before the two key
+    /// types, for one release: `slack --json` and `plan --json` readers
+    /// move to `pod_id`, then `uid` goes (docs/operations.md).
+    pub fn serialize_keys<S: serde::Serializer>(id: &Self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("pod_id", id)?;
+        m.serialize_entry("uid", id)?;
+        m.end()
+    }
+}
+
 /// A name read from the API (namespace, pod, container) and copied into
 /// every tick's decisions, plans and labels: shared, so a copy is a count,
 /// not an allocation.
@@ -399,6 +413,27 @@ pub fn compute_qos(containers: &[ContainerSpec], pod: Option<&Resources>) -> Qos
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cgroup pod id is written as `pod_id` and, for one release, as
+    /// `uid`, beside the struct's other fields.
+    #[test]
+    fn a_cgroup_pod_id_serialises_under_both_keys() {
+        #[derive(serde::Serialize)]
+        struct Row {
+            #[serde(flatten, serialize_with = "CgroupPodId::serialize_keys")]
+            id: CgroupPodId,
+            usage_m: u64,
+        }
+        let v = serde_json::to_value(Row {
+            id: CgroupPodId::from("abc-1"),
+            usage_m: 5,
+        })
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"pod_id": "abc-1", "uid": "abc-1", "usage_m": 5})
+        );
+    }
 
     /// The in-place total and the map's agree: limited containers sum, a
     /// container without a limit or not in the spec leaves it unknown.

@@ -207,9 +207,10 @@ fn unreadable_qos_dir_is_reported_when_not_root() {
     assert!(out.contains("permission denied"), "{out}");
 }
 
-/// `slack --json` names idle CPU `idle_millicores` and the stall's queued
-/// share `queued_pct`; the names before 0.2 (`slack_millicores`,
-/// `contention_pct`) are written beside them, equal, for one release.
+/// `slack --json` names idle CPU `idle_millicores`, the stall's queued
+/// share `queued_pct` and each pod's cgroup id `pod_id`; the names before
+/// 0.2 (`slack_millicores`, `contention_pct`, `uid`) are written beside
+/// them, equal, for one release.
 #[test]
 fn renamed_json_fields_keep_their_old_names_for_one_release() {
     let (_t, root) = fixture();
@@ -223,4 +224,10 @@ fn renamed_json_fields_keep_their_old_names_for_one_release() {
     let stall = &node["stall"];
     assert!(stall["queued_pct"].is_f64(), "{stall}");
     assert_eq!(stall["queued_pct"], stall["contention_pct"], "{stall}");
+    let pods = v["pods"].as_array().expect("pods");
+    assert!(!pods.is_empty(), "{v}");
+    for p in pods {
+        assert!(p["pod_id"].is_string(), "{p}");
+        assert_eq!(p["pod_id"], p["uid"], "{p}");
+    }
 }

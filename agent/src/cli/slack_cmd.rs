@@ -136,6 +136,8 @@ pub fn report_json(cur: &NodeSnapshot, s: &NodeUsage) -> Value {
                 .collect();
             let smp = p.sample.as_ref().ok();
             json!({
+                "pod_id": p.id,
+                // Its old name, for one release (docs/operations.md).
                 "uid": p.id,
                 "qos": p.qos,
                 "cgroup": &*p.path,

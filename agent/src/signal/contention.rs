@@ -98,9 +98,9 @@ use judging::Judging;
 /// One pod that waited for CPU other cgroups held.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Displaced {
-    /// Its cgroup's pod id. Serialized as `uid`, its name before the two
-    /// key types.
-    #[serde(rename = "uid")]
+    /// Its cgroup's pod id. Serialized as `pod_id` (and `uid`, its old
+    /// name, for one release).
+    #[serde(flatten, serialize_with = "CgroupPodId::serialize_keys")]
     pub id: CgroupPodId,
     /// Δ`full` over the interval, µs (wall time): every wait of all its
     /// runnable tasks at once, its own throttling included.

@@ -58,8 +58,8 @@ pub enum UsageBasis {
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PodUsage {
-    /// Serialized as `uid`, its name before the two key types.
-    #[serde(rename = "uid")]
+    /// Serialized as `pod_id` (and `uid`, its old name, for one release).
+    #[serde(flatten, serialize_with = "CgroupPodId::serialize_keys")]
     pub id: CgroupPodId,
     pub qos: Qos,
     /// CPU used over the interval, millicores. `None` for a pod that appeared
