@@ -542,6 +542,13 @@ async fn a_neighbour_displaced_within_its_request_lowers_on_the_second_tick() {
 /// has made the agent lower `ns/web` 400m → 100m (generation 3), and the
 /// kubelet has applied it; returns the counters to go on with.
 async fn lowered_for_the_neighbour() -> (Harness, PathBuf, [Counters; 3]) {
+    let (mut h, nbr_dir, c) = lowering_sent_for_the_neighbour().await;
+    h.kubelet_resized(3, 100);
+    (h, nbr_dir, c)
+}
+
+/// [`lowered_for_the_neighbour`] before the kubelet applied the lowering.
+async fn lowering_sent_for_the_neighbour() -> (Harness, PathBuf, [Counters; 3]) {
     let (mut h, nbr_dir) = Harness::raised_with_a_neighbour().await;
     let mut c = [
         Counters::default(),
@@ -560,7 +567,6 @@ async fn lowered_for_the_neighbour() -> (Harness, PathBuf, [Counters; 3]) {
         h.tick().await;
     }
     assert_eq!(h.resizes().last().map(|r| r.attempted_m), Some(100));
-    h.kubelet_resized(3, 100);
     (h, nbr_dir, c)
 }
 
@@ -966,24 +972,8 @@ async fn a_pod_a_lowering_was_made_for_leaves_and_its_claim_goes_with_it() {
 /// unjudged, nothing is held, and Headroom writes nothing more to the pod.
 #[tokio::test]
 async fn another_writers_resize_of_a_lowered_pod_is_neither_verified_nor_judged_as_the_lowering() {
-    let (mut h, nbr_dir) = Harness::raised_with_a_neighbour().await;
-    let [mut kp, mut web, mut nbr] = [
-        Counters::default(),
-        Counters::default(),
-        Counters::default(),
-    ];
-    kp.second(&h.kubepods, 0, 0, 0);
-    h.tick().await;
-    h.busy_m = 3900;
-    h.script([Reply::Applied { generation: 3 }]);
-    for _ in 0..2 {
-        kp.second(&h.kubepods, 0, 1000, 0);
-        web.second(&h.pod_dir, 400, 1000, 0);
-        nbr.second(&nbr_dir, 500, 300, 300);
-        h.tick().await;
-    }
+    let (mut h, nbr_dir, [mut kp, mut web, mut nbr]) = lowering_sent_for_the_neighbour().await;
     let lowered = h.resizes().len();
-    assert_eq!(h.resizes().last().map(|r| r.attempted_m), Some(100));
 
     let at = crate::policy::writers::wall_clock_s() - 2;
     write(&h.pod_dir, "cpu.max", &quota(250));
