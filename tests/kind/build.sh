@@ -41,8 +41,6 @@ start=$(date +%s)
 # shellcheck source=../../scripts/lib/packages.sh
 . "$repo/scripts/lib/packages.sh"
 need=()
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-command -v qemu-img >/dev/null || need+=(qemu-utils)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v ssh >/dev/null || need+=(openssh-client)
@@ -51,6 +49,7 @@ command -v setpriv >/dev/null || need+=(util-linux)
 # The Docker CLI (Debian's docker.io; only its client is used here).
 command -v docker >/dev/null || need+=(docker.io)
 if [ ${#need[@]} -gt 0 ]; then log "installing ${need[*]}"; apt_install "${need[@]}"; fi
+qemu_install
 
 export GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "$cache/bin" "$cache/src" "$cache/kind"

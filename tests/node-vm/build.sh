@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything the real-node tier needs, built once and cached:
-#   - Debian packages on the host: qemu (TCG), debootstrap, e2fsprogs, socat, ssh
+#   - Debian packages on the host: QEMU 10+ (TCG; qemu_install), debootstrap, e2fsprogs, socat, ssh
 #   - kubelet/kube-controller-manager/kube-scheduler (tests/control-plane/build.sh)
 #   - the images pods run (pause, busybox), packed without Docker
 #   - the VM images (build-rootfs.sh), one per Debian suite: bookworm (Linux
@@ -19,8 +19,6 @@ log() { printf 'node-vm: %s\n' "$*" >&2; }
 . "$repo/scripts/lib/packages.sh"
 
 need=()
-command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
-command -v qemu-img >/dev/null || need+=(qemu-utils)
 command -v debootstrap >/dev/null || need+=(debootstrap)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 command -v socat >/dev/null || need+=(socat)
@@ -30,6 +28,7 @@ if [ ${#need[@]} -gt 0 ]; then
   log "installing ${need[*]}"
   apt_install "${need[@]}"
 fi
+qemu_install
 
 start=$(date +%s)
 # debootstrap is network and disk, the Go build CPU: run them side by side

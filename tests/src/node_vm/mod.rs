@@ -111,6 +111,12 @@ impl Artifacts {
     /// run it. A suite not built is an error only when a node asks for it
     /// ([`Artifacts::image_dir`]).
     pub fn locate() -> anyhow::Result<Artifacts> {
+        let version = Command::new("qemu-system-x86_64")
+            .arg("--version")
+            .output()
+            .context("running qemu-system-x86_64 --version")?;
+        qemu::check_qemu_version(&String::from_utf8_lossy(&version.stdout))
+            .map_err(|e| anyhow::anyhow!(e))?;
         let root = cache_dir().join("node-vm");
         let share_dir = root.join("share");
         for f in [

@@ -106,9 +106,46 @@ impl VmLaunch {
     }
 }
 
+/// The oldest QEMU the node VMs run under. QEMU 7.2's multi-threaded TCG
+/// kills guests on run-time kernel code patching far sooner than 10.0 does,
+/// and runs cgroup-heavy guest work about 2.5x slower (docs/development.md,
+/// "Guest kernels under emulation"); `scripts/lib/packages.sh` installs 10.
+pub const MIN_QEMU_MAJOR: u32 = 10;
+
+/// Checks the first line of `qemu-system-x86_64 --version` against
+/// [`MIN_QEMU_MAJOR`]: an error names the version found and why it is refused.
+pub fn check_qemu_version(version_output: &str) -> Result<(), String> {
+    let line = version_output.lines().next().unwrap_or("");
+    let major = line
+        .split_once("version ")
+        .and_then(|(_, v)| v.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok())
+        .ok_or_else(|| format!("cannot read a QEMU version from {line:?}"))?;
+    if major < MIN_QEMU_MAJOR {
+        return Err(format!(
+            "QEMU {major} found, the node VMs need {MIN_QEMU_MAJOR} or later: under older \
+             multi-threaded TCG their guest kernels die on run-time code patching \
+             (docs/development.md, \"Guest kernels under emulation\"); \
+             tests/node-vm/build.sh installs it"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qemu_seven_is_refused_and_ten_or_later_is_taken() {
+        let old = "QEMU emulator version 7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)\nCopyright";
+        let err = check_qemu_version(old).unwrap_err();
+        assert!(err.contains("QEMU 7 found"), "{err}");
+        check_qemu_version("QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2)").unwrap();
+        check_qemu_version("QEMU emulator version 11.1.0").unwrap();
+        let err = check_qemu_version("qemu: unknown option").unwrap_err();
+        assert!(err.contains("cannot read"), "{err}");
+    }
 
     fn launch() -> VmLaunch {
         VmLaunch {
