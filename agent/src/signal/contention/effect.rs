@@ -32,7 +32,9 @@
 //!
 //! A claim whose owed pod changed its own need meanwhile (its usage fell:
 //! it stopped asking; or rose beyond what it waited for: it asked for more)
-//! ends *need changed*: nothing was learned, nothing is held or blocked.
+//! ends *need changed*: nothing was learned, it holds and blocks nothing
+//! (the lowering that helped before it, if it was a follow-up, holds on
+//! under its own test).
 //!
 //! Pure: the caller reads the samples and carries out the verdicts.
 
@@ -298,8 +300,8 @@ impl Claims {
     }
 
     /// What a claim that did not help leaves behind: the claim it followed
-    /// back (unjudged or no effect), a block (no effect, doubling with each
-    /// in a row; unjudged, the base one), or nothing (need changed).
+    /// back, a block (no effect, doubling with each in a row; unjudged, the
+    /// base one), or nothing (need changed).
     fn end(&mut self, id: &CgroupPodId, effect: Effect, now: Duration) {
         let Some(c) = self.by_owed.remove(id) else {
             return;
@@ -307,6 +309,18 @@ impl Claims {
         let block = match effect {
             Effect::Helped | Effect::NeedChanged => {
                 self.strikes.remove(id);
+                // A follow-up that learned nothing says nothing about the
+                // lowering before it, which helped: that one holds on for
+                // as long as its own test keeps it (`still_held`). Dropped
+                // with the follow-up, its hold ended while the owed pod
+                // still ran at its demand (warm CI, 2026-12-07: svc raised
+                // 500m → 1080m 15 s after a lowering to 670m helped).
+                if let Some(mut prior) = c.prior {
+                    if let Stage::Helped { below, .. } = &mut prior.stage {
+                        *below = 0;
+                    }
+                    self.by_owed.insert(id.clone(), *prior);
+                }
                 return;
             }
             Effect::NoEffect => {

@@ -516,6 +516,26 @@ fn a_follow_up_that_bought_nothing_gives_back_only_its_own_step() {
 }
 
 #[test]
+fn a_follow_up_whose_owed_pod_changed_its_need_leaves_the_first_hold() {
+    let mut c = helped();
+    let strong = owed("steady", 720, 200, 80);
+    c.open([&strong], no_earlier, &svc(1650, 1500), s(5));
+    step(&mut c, 6, sample(720, 200));
+    c.resize_done(&Uid::from("svc"), true, s(7));
+    step(&mut c, 7, sample(720, 200));
+    // It asked for far more than it waited for: nothing learned.
+    let j = step(&mut c, 8, sample(1300, 0));
+    assert_eq!(
+        (j[0].effect, &j[0].lowered),
+        (Effect::NeedChanged, &svc(1650, 1500))
+    );
+    // The first lowering, which helped, still holds while its pod runs.
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
+    step(&mut c, 9, sample(720, 30));
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
+}
+
+#[test]
 fn a_blocked_pod_unread_is_not_quiet() {
     let mut c = applied();
     assert_eq!(
