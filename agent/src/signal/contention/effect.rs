@@ -315,11 +315,8 @@ impl Claims {
                 // with the follow-up, its hold ended while the owed pod
                 // still ran at its demand (warm CI, 2026-12-07: svc raised
                 // 500m → 1080m 15 s after a lowering to 670m helped).
-                if let Some(mut prior) = c.prior {
-                    if let Stage::Helped { below, .. } = &mut prior.stage {
-                        *below = 0;
-                    }
-                    self.by_owed.insert(id.clone(), *prior);
+                if let Some(prior) = c.prior {
+                    self.hold_again(id, *prior, false);
                 }
                 return;
             }
@@ -330,19 +327,10 @@ impl Claims {
             }
             Effect::Unjudged => block_for(1),
         };
-        if let Some(mut prior) = c.prior {
+        if let Some(prior) = c.prior {
             // The follow-up bought nothing; the lowering before it did:
             // held again, and no further follow-up while it holds.
-            if let Stage::Helped {
-                below,
-                no_follow_up,
-                ..
-            } = &mut prior.stage
-            {
-                *below = 0;
-                *no_follow_up = true;
-            }
-            self.by_owed.insert(id.clone(), *prior);
+            self.hold_again(id, *prior, true);
             return;
         }
         let mut c = c;
@@ -351,6 +339,21 @@ impl Claims {
             until: now + block,
         };
         self.by_owed.insert(id.clone(), c);
+    }
+
+    /// The helped claim a follow-up replaced, open again for `id` with its
+    /// quiet count reset; `no_follow_up`: no further follow-up while it holds.
+    fn hold_again(&mut self, id: &CgroupPodId, mut prior: Claim, no_follow_up: bool) {
+        if let Stage::Helped {
+            below,
+            no_follow_up: barred,
+            ..
+        } = &mut prior.stage
+        {
+            *below = 0;
+            *barred |= no_follow_up;
+        }
+        self.by_owed.insert(id.clone(), prior);
     }
 }
 #[cfg(test)]

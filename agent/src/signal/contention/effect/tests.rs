@@ -491,8 +491,10 @@ fn a_hold_ends_after_its_longest() {
     assert!(!c.has(&steady()));
 }
 
-#[test]
-fn a_follow_up_that_bought_nothing_gives_back_only_its_own_step() {
+/// `helped()` and a follow-up for `steady` (still waiting 200m, owed 80m):
+/// svc 1650m → 1500m at 5 s, applied at 7 s, one after-interval read; the
+/// follow-up's hold is the lower one meanwhile. Returns the owed pod too.
+fn follow_up_measuring() -> (Claims, Displaced) {
     let mut c = helped();
     let strong = owed("steady", 720, 200, 80);
     c.open([&strong], no_earlier, &svc(1650, 1500), s(5));
@@ -500,6 +502,12 @@ fn a_follow_up_that_bought_nothing_gives_back_only_its_own_step() {
     step(&mut c, 6, sample(720, 200));
     c.resize_done(&Uid::from("svc"), true, s(7));
     step(&mut c, 7, sample(720, 200));
+    (c, strong)
+}
+
+#[test]
+fn a_follow_up_that_bought_nothing_gives_back_only_its_own_step() {
+    let (mut c, strong) = follow_up_measuring();
     let j = step(&mut c, 8, sample(720, 200));
     assert_eq!(
         (j[0].effect, &j[0].lowered),
@@ -517,12 +525,7 @@ fn a_follow_up_that_bought_nothing_gives_back_only_its_own_step() {
 
 #[test]
 fn a_follow_up_whose_owed_pod_changed_its_need_leaves_the_first_hold() {
-    let mut c = helped();
-    let strong = owed("steady", 720, 200, 80);
-    c.open([&strong], no_earlier, &svc(1650, 1500), s(5));
-    step(&mut c, 6, sample(720, 200));
-    c.resize_done(&Uid::from("svc"), true, s(7));
-    step(&mut c, 7, sample(720, 200));
+    let (mut c, _) = follow_up_measuring();
     // It asked for far more than it waited for: nothing learned.
     let j = step(&mut c, 8, sample(1300, 0));
     assert_eq!(
