@@ -2009,6 +2009,19 @@ async fn journal_since(
         .collect()
 }
 
+/// Every line of the agent's journal about `pod` (ns/name) from `since`
+/// on: its resizes, their verification, the checks of its lowerings and
+/// the ends of their holds, in order — a failure's whole story, where a
+/// log tail may start after it.
+async fn history_of(agent: &GuestAgent<'_>, pod: &str, since: f64) -> String {
+    journal_since(agent, "", pod, since)
+        .await
+        .into_iter()
+        .map(|(_, l)| l)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Guest time (epoch s) of the agent's first lowering of `pod` (ns/name)
 /// after `since`, from its journal; `None` if there is none yet.
 async fn first_lowering_after(
@@ -2325,8 +2338,8 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
                 .collect();
             if !above.is_empty() {
                 panic!(
-                    "{n}: svc set above the {held}m a lowering that helped the neighbour gave it, while both still ran: {above:?}\n{}",
-                    agent.log_tail(80).await
+                    "{n}: svc set above the {held}m a lowering that helped the neighbour gave it, while both still ran: {above:?}\nthe agent on svc since the neighbour started:\n{}",
+                    history_of(&agent, &svc_name, t0).await
                 );
             }
         } else if check.contains("effect=no_effect") {
@@ -2378,8 +2391,9 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
     // request while the neighbour waited past its threshold.
     if !(after <= base + owed_from || lowest <= floor_band || found_useless || held_back <= 1) {
         panic!(
-            "{n}: the neighbour's full is {after}m with svc settled at {settled}m, {base}m at its baseline (+{owed_from}m owed from), svc was lowered no further than {lowest}m (above its 500m floor and the {floor_band}m the agent stops lowering at), no lowering was found to buy nothing, and svc burst above its request while the neighbour waited past its threshold on a short node in {held_back} of 10 seconds\n{}",
-            agent.log_tail(120).await
+            "{n}: the neighbour's full is {after}m with svc settled at {settled}m, {base}m at its baseline (+{owed_from}m owed from), svc was lowered no further than {lowest}m (above its 500m floor and the {floor_band}m the agent stops lowering at), no lowering was found to buy nothing, and svc burst above its request while the neighbour waited past its threshold on a short node in {held_back} of 10 seconds\nthe agent on svc since the neighbour started:\n{}\n{}",
+            history_of(&agent, &svc_name, t0).await,
+            agent.log_tail(60).await
         );
     }
 

@@ -131,9 +131,39 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             owed_gone: &|id| !live.contains(id),
             lowered_released: &|uid| !held.contains(uid),
         };
-        self.scan
+        let held_before: Vec<(Uid, u64)> = self
+            .scan
             .claims
-            .step(&interval, |id| claim_sample(id, snaps, slack, contention))
+            .holds()
+            .into_iter()
+            .map(|(u, m)| (u.clone(), m))
+            .collect();
+        let judged = self
+            .scan
+            .claims
+            .step(&interval, |id| claim_sample(id, snaps, slack, contention));
+        log_holds_ended(&held_before, &self.scan.claims.holds(), views);
+        judged
+    }
+}
+
+/// One line per managed pod whose hold (the limit a lowering that helped,
+/// or one still checked, keeps it under) ended or eased this interval: when
+/// the raise it barred may come, and from what, is then in the log.
+fn log_holds_ended(before: &[(Uid, u64)], after: &foldhash::HashMap<&Uid, u64>, views: &[PodView]) {
+    for (uid, held_m) in before {
+        let now_m = after.get(uid).copied();
+        if now_m.is_some_and(|m| m <= *held_m) {
+            continue;
+        }
+        let pod = views.iter().find(|v| &v.uid == uid).map_or_else(
+            || uid.to_string(),
+            |v| format!("{}/{}", v.namespace, v.name),
+        );
+        tracing::info!(
+            pod = %pod, held_m, now_held_m = now_m.map_or(-1, |m| m as i64),
+            "lowering hold ended"
+        );
     }
 }
 

@@ -20,7 +20,7 @@
 //! 3. **Helped**: the lowered pods are held at the limits the lowering set
 //!    (no raise back at the cooldown) while the owed pod still runs near
 //!    its demand, within its request, and the node has no idle CPU the
-//!    size of what the hold took; [`QUIET_INTERVALS`] intervals otherwise,
+//!    size of what the hold took; [`QUIET_INTERVALS`] intervals read otherwise,
 //!    or [`HOLD_MAX`], end it.
 //! 4. **Blocked** (the lowering bought nothing, or could not be judged):
 //!    undone at once when it bought nothing (the hold ends; the caller

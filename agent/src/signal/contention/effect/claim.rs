@@ -152,7 +152,7 @@ impl Claim {
     /// plus its wait, within the verdict's bar), within its request, and the
     /// node has no idle CPU the size of what the hold took (else the CPU
     /// bought goes unused, or the pod is above its request, where CFS
-    /// shares the surplus by weight) — [`QUIET_INTERVALS`] intervals
+    /// shares the surplus by weight) — [`QUIET_INTERVALS`] intervals read
     /// otherwise end it, going above its request at once, and [`HOLD_MAX`]
     /// whatever it does.
     fn still_held(&mut self, s: Option<Sample>, at: &Interval<'_>) -> bool {
@@ -171,12 +171,19 @@ impl Claim {
         else {
             return false;
         };
-        let above_request = s.is_some_and(|s| s.usage_m > request_m + MIN_OWED_M);
-        let still = s.is_some_and(|s| s.usage_m + s.displaced_m >= *keep_above_m)
+        let within_max = at.now.saturating_sub(*since) < HOLD_MAX;
+        // An interval not read tells nothing either way: counted as quiet,
+        // three in a row (a snapshot without the owed pod's `full`) ended a
+        // hold its pod still needed. HOLD_MAX still bounds it.
+        let Some(s) = s else {
+            return within_max;
+        };
+        let above_request = s.usage_m > request_m + MIN_OWED_M;
+        let still = s.usage_m + s.displaced_m >= *keep_above_m
             && !above_request
             && at.free_m < freed.max(MIN_DISPLACED_M);
         *below = if still { 0 } else { *below + 1 };
-        !above_request && *below < QUIET_INTERVALS && at.now.saturating_sub(*since) < HOLD_MAX
+        !above_request && *below < QUIET_INTERVALS && within_max
     }
 
     pub(super) fn judged(

@@ -539,6 +539,23 @@ fn a_follow_up_whose_owed_pod_changed_its_need_leaves_the_first_hold() {
 }
 
 #[test]
+fn a_hold_is_not_ended_by_intervals_not_read() {
+    let mut c = helped();
+    for t in 5..5 + 2 * u64::from(QUIET_INTERVALS) {
+        step(&mut c, t, None);
+    }
+    assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
+    // Read again, quiet: the quiet count starts from the first read.
+    let from = 5 + 2 * u64::from(QUIET_INTERVALS);
+    for t in from..from + u64::from(QUIET_INTERVALS) - 1 {
+        step(&mut c, t, sample(100, 0));
+    }
+    assert!(c.has(&steady()));
+    step(&mut c, from + u64::from(QUIET_INTERVALS), sample(100, 0));
+    assert!(!c.has(&steady()));
+}
+
+#[test]
 fn a_blocked_pod_unread_is_not_quiet() {
     let mut c = applied();
     assert_eq!(
