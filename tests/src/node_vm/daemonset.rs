@@ -154,8 +154,26 @@ impl RealCluster {
         let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
         let lp = ListParams::default().labels(SELECTOR);
         let deadline = Instant::now() + Duration::from_secs(180);
+        let ours: Vec<&str> = self.nodes.iter().map(|n| n.name()).collect();
+        let on_ours = |p: &Pod| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| ours.contains(&n))
+        };
         loop {
-            let left = pods.list(&lp).await?.items;
+            let (left, elsewhere): (Vec<Pod>, Vec<Pod>) =
+                pods.list(&lp).await?.items.into_iter().partition(on_ours);
+            // On a node no kubelet of this cluster runs (a simulated one a
+            // test registered): nobody would ever end it.
+            for p in &elsewhere {
+                let name = p.metadata.name.as_deref().unwrap_or_default();
+                let force = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                };
+                let _ = pods.delete(name, &force).await;
+            }
             if left.is_empty() {
                 break;
             }

@@ -401,6 +401,11 @@ impl NodeVm {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+        eprintln!(
+            "MEASURE {} reboot: the guest went down {:.1?} after `systemctl reboot`",
+            self.spec.name,
+            at.elapsed()
+        );
         let console = self.dir.join("console.log");
         let _ = std::fs::rename(&console, self.dir.join("console-before-reboot.log"));
         let child = spawn_qemu(&self.launch, &self.dir)?;
