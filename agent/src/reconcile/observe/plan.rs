@@ -12,8 +12,8 @@ use crate::cgroup::read::Handles;
 use crate::cgroup::{Depth, NodeSnapshot, Scanner};
 use crate::kube::events::EventApi;
 use crate::kube::pods::PodApi;
-use crate::model::{CgroupPodId, PodView, Qos, Uid};
-use crate::signal::contention::effect::{self, Judged};
+use crate::model::{CgroupPodId, Millis, PodView, Qos, Uid};
+use crate::signal::contention::effect::{self, HoldEnded, Judged};
 use crate::signal::contention::{Contention, Gate};
 use crate::signal::usage::NodeUsage;
 
@@ -131,39 +131,38 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
             owed_gone: &|id| !live.contains(id),
             lowered_released: &|uid| !held.contains(uid),
         };
-        let held_before: Vec<(Uid, u64)> = self
-            .scan
-            .claims
-            .holds()
-            .into_iter()
-            .map(|(u, m)| (u.clone(), m))
-            .collect();
-        let judged = self
+        let stepped = self
             .scan
             .claims
             .step(&interval, |id| claim_sample(id, snaps, slack, contention));
-        log_holds_ended(&held_before, &self.scan.claims.holds(), views);
-        judged
+        if !stepped.ended.is_empty() {
+            log_holds_ended(&stepped.ended, &self.scan.claims.holds(), views);
+        }
+        stepped.judged
     }
 }
 
-/// One line per managed pod whose hold (the limit a lowering that helped,
-/// or one still checked, keeps it under) ended or eased this interval: when
-/// the raise it barred may come, and from what, is then in the log.
-fn log_holds_ended(before: &[(Uid, u64)], after: &foldhash::HashMap<&Uid, u64>, views: &[PodView]) {
-    for (uid, held_m) in before {
-        let now_m = after.get(uid).copied();
-        if now_m.is_some_and(|m| m <= *held_m) {
-            continue;
+/// One line per managed pod a lowering's hold (the limit a lowering that
+/// helped, or one still checked, keeps it under) let go this interval, and
+/// why: when the raise it barred may come, and from what, is then in the
+/// log. `held`: what other claims still hold each pod to.
+fn log_holds_ended(ended: &[HoldEnded], held: &foldhash::HashMap<&Uid, Millis>, views: &[PodView]) {
+    let name = |found: Option<&PodView>, id: &dyn std::fmt::Display| {
+        found.map_or_else(|| id.to_string(), |v| format!("{}/{}", v.namespace, v.name))
+    };
+    for e in ended {
+        let owed = name(views.iter().find(|v| v.cgroup_id == e.owed), &e.owed);
+        for l in &e.lowered {
+            let pod = name(views.iter().find(|v| v.uid == l.uid), &l.uid);
+            tracing::info!(
+                pod = %pod,
+                reason = e.why.as_str(),
+                held_m = l.to_m,
+                now_held_m = held.get(&l.uid).map_or(-1, |m| *m as i64),
+                owed = %owed,
+                "lowering hold ended"
+            );
         }
-        let pod = views.iter().find(|v| &v.uid == uid).map_or_else(
-            || uid.to_string(),
-            |v| format!("{}/{}", v.namespace, v.name),
-        );
-        tracing::info!(
-            pod = %pod, held_m, now_held_m = now_m.map_or(-1, |m| m as i64),
-            "lowering hold ended"
-        );
     }
 }
 

@@ -83,6 +83,75 @@ pub fn block_for(strikes: u32) -> Duration {
     let doublings = strikes.saturating_sub(1).min(16);
     BLOCK_BASE.saturating_mul(1 << doublings).min(BLOCK_MAX)
 }
+/// Why a lowering's hold on the pods it lowered ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldEnd {
+    /// The pod it was made for left the node.
+    OwedLeft,
+    /// The pod it was made for used more than its request: owed nothing,
+    /// CFS shares the surplus by weight.
+    AboveRequest,
+    /// The pod it was made for asked for less than the need the lowering
+    /// was for, [`QUIET_INTERVALS`] intervals read in a row.
+    NeedEnded,
+    /// The node had idle CPU the size of what the hold took,
+    /// [`QUIET_INTERVALS`] intervals read in a row.
+    IdleCpu,
+    /// Held for [`HOLD_MAX`].
+    HoldMax,
+    /// A pod it lowered left the node or went to another writer.
+    Released,
+    /// Checked, and it bought nothing: undone (a follow-up gives back only
+    /// its own step).
+    NoEffect,
+    /// Checked, and the pod it was made for changed its own need meanwhile.
+    NeedChanged,
+    /// It could not be checked ([`Effect::Unjudged`]).
+    Unjudged,
+}
+
+impl HoldEnd {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoldEnd::OwedLeft => "owed_left",
+            HoldEnd::AboveRequest => "above_request",
+            HoldEnd::NeedEnded => "need_ended",
+            HoldEnd::IdleCpu => "idle_cpu",
+            HoldEnd::HoldMax => "hold_max",
+            HoldEnd::Released => "released",
+            HoldEnd::NoEffect => "no_effect",
+            HoldEnd::NeedChanged => "need_changed",
+            HoldEnd::Unjudged => "unjudged",
+        }
+    }
+
+    fn of(effect: Effect) -> Self {
+        match effect {
+            Effect::NoEffect => HoldEnd::NoEffect,
+            Effect::NeedChanged | Effect::Helped => HoldEnd::NeedChanged,
+            Effect::Unjudged => HoldEnd::Unjudged,
+        }
+    }
+}
+
+/// A hold that ended this interval: the pods one lowering (with the
+/// lowerings it followed, where they went with it) no longer holds down.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldEnded {
+    pub owed: CgroupPodId,
+    pub lowered: Vec<Lowered>,
+    pub why: HoldEnd,
+}
+
+/// What one interval of the claims came to ([`Claims::step`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stepped {
+    /// The verdicts due.
+    pub judged: Vec<Judged>,
+    /// The holds that ended, each with why: a raise they barred may come.
+    pub ended: Vec<HoldEnded>,
+}
+
 /// What one interval tells [`Claims::step`] besides the owed pods' samples.
 pub struct Interval<'a> {
     pub now: Duration,
@@ -160,17 +229,9 @@ impl Claims {
     /// helped before a follow-up still being checked (none once blocked).
     pub fn holds(&self) -> HashMap<&Uid, Millis> {
         let mut out: HashMap<&Uid, Millis> = HashMap::new();
-        for c in self.by_owed.values() {
-            let mut claim = Some(c);
-            while let Some(c) = claim {
-                if !matches!(c.stage, Stage::Blocked { .. }) {
-                    for l in &c.lowered {
-                        let e = out.entry(&l.uid).or_insert(l.to_m);
-                        *e = (*e).min(l.to_m);
-                    }
-                }
-                claim = c.prior.as_deref();
-            }
+        for l in self.by_owed.values().flat_map(Claim::holding) {
+            let e = out.entry(&l.uid).or_insert(l.to_m);
+            *e = (*e).min(l.to_m);
         }
         out
     }
@@ -240,7 +301,8 @@ impl Claims {
             };
             if !verified {
                 judged.push(c.judged(&id, Effect::Unjudged, None, 0));
-                self.end(&id, Effect::Unjudged, now);
+                // Its hold's end is this verdict, which the caller reports.
+                let _ = self.end(&id, Effect::Unjudged, now);
                 continue;
             }
             let Stage::Applying { pending } = &mut c.stage else {
@@ -262,63 +324,75 @@ impl Claims {
     }
 
     /// One interval: each open claim takes its owed pod's sample (`None`
-    /// when not read this interval) and the verdicts due are returned.
+    /// when not read this interval); the verdicts due and the holds that
+    /// ended are returned.
     pub fn step(
         &mut self,
         at: &Interval<'_>,
         sample: impl Fn(&CgroupPodId) -> Option<Sample>,
-    ) -> Vec<Judged> {
-        let mut judged = Vec::new();
-        let mut ended: Vec<(CgroupPodId, Effect)> = Vec::new();
+    ) -> Stepped {
+        let mut out = Stepped::default();
+        let mut not_helped: Vec<(CgroupPodId, Effect)> = Vec::new();
         self.strikes.retain(|id, _| !(at.owed_gone)(id));
         self.by_owed.retain(|owed, c| {
-            if (at.owed_gone)(owed) {
-                return false;
-            }
-            match c.step(owed, sample(owed), at) {
-                Next::Keep => true,
-                Next::Drop => false,
-                Next::Judged(j) => {
-                    if j.effect != Effect::Helped {
-                        ended.push((owed.clone(), j.effect));
+            let why = if (at.owed_gone)(owed) {
+                HoldEnd::OwedLeft
+            } else {
+                match c.step(owed, sample(owed), at) {
+                    Next::Keep => return true,
+                    Next::Drop => return false,
+                    Next::LetGo(why) => why,
+                    Next::Judged(j) => {
+                        if j.effect != Effect::Helped {
+                            not_helped.push((owed.clone(), j.effect));
+                        }
+                        out.judged.push(j);
+                        return true;
                     }
-                    judged.push(j);
-                    true
                 }
-            }
+            };
+            out.ended.extend(c.held_ended(owed, why));
+            false
         });
-        for j in judged.iter().filter(|j| j.effect == Effect::Helped) {
+        for j in out.judged.iter().filter(|j| j.effect == Effect::Helped) {
             self.strikes.remove(&j.owed);
         }
-        for (id, effect) in ended {
-            self.end(&id, effect, at.now);
+        for (id, effect) in not_helped {
+            out.ended.extend(self.end(&id, effect, at.now));
         }
-        for j in judged.iter_mut().filter(|j| j.effect == Effect::NoEffect) {
+        for j in out
+            .judged
+            .iter_mut()
+            .filter(|j| j.effect == Effect::NoEffect)
+        {
             j.strikes = self.strikes.get(&j.owed).copied().unwrap_or(0);
         }
-        judged
+        out
     }
 
     /// What a claim that did not help leaves behind: the claim it followed
     /// back, a block (no effect, doubling with each in a row; unjudged, the
-    /// base one), or nothing (need changed).
-    fn end(&mut self, id: &CgroupPodId, effect: Effect, now: Duration) {
-        let Some(c) = self.by_owed.remove(id) else {
-            return;
+    /// base one), or nothing (need changed). Returns its own hold's end.
+    fn end(&mut self, id: &CgroupPodId, effect: Effect, now: Duration) -> Option<HoldEnded> {
+        let c = self.by_owed.remove(id)?;
+        let ended = HoldEnded {
+            owed: id.clone(),
+            lowered: c.lowered.clone(),
+            why: HoldEnd::of(effect),
         };
         let block = match effect {
             Effect::Helped | Effect::NeedChanged => {
                 self.strikes.remove(id);
                 // A follow-up that learned nothing says nothing about the
                 // lowering before it, which helped: that one holds on for
-                // as long as its own test keeps it (`still_held`). Dropped
+                // as long as its own test keeps it (`hold_ends`). Dropped
                 // with the follow-up, its hold ended while the owed pod
                 // still ran at its demand (warm CI, 2026-12-07: svc raised
                 // 500m → 1080m 15 s after a lowering to 670m helped).
                 if let Some(prior) = c.prior {
                     self.hold_again(id, *prior, false);
                 }
-                return;
+                return Some(ended);
             }
             Effect::NoEffect => {
                 let strikes = self.strikes.entry(id.clone()).or_insert(0);
@@ -331,7 +405,7 @@ impl Claims {
             // The follow-up bought nothing; the lowering before it did:
             // held again, and no further follow-up while it holds.
             self.hold_again(id, *prior, true);
-            return;
+            return Some(ended);
         }
         let mut c = c;
         c.stage = Stage::Blocked {
@@ -339,6 +413,7 @@ impl Claims {
             until: now + block,
         };
         self.by_owed.insert(id.clone(), c);
+        Some(ended)
     }
 
     /// The helped claim a follow-up replaced, open again for `id` with its

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use super::verdict::{Effect, Judged, Lowered, Sample, judge, mean};
-use super::{APPLY_TIMEOUT, HOLD_MAX, Interval, MIN_WINDOW, QUIET_INTERVALS, WINDOW};
+use super::{
+    APPLY_TIMEOUT, HOLD_MAX, HoldEnd, HoldEnded, Interval, MIN_WINDOW, QUIET_INTERVALS, WINDOW,
+};
 use crate::model::{CgroupPodId, Millis, Uid};
 use crate::signal::contention::{MIN_DISPLACED_M, MIN_OWED_M};
 
@@ -54,8 +56,11 @@ pub(super) struct Claim {
 /// What one interval does to a claim.
 pub(super) enum Next {
     Keep,
-    /// Ended with nothing to report (its hold let go).
+    /// A block that lapsed: nothing held, nothing to report.
     Drop,
+    /// A lowering that helped let go of its hold, and why (the claim it
+    /// followed goes with it).
+    LetGo(HoldEnd),
     /// Judged: kept in the Helped stage, else ended by
     /// [`Claims::end`](super::Claims::end).
     Judged(Judged),
@@ -78,7 +83,7 @@ impl Claim {
             Stage::Applying { .. } | Stage::Measuring { .. } if released => {
                 Next::Judged(self.judged(owed, Effect::Unjudged, None, 0))
             }
-            Stage::Helped { .. } if released => Next::Drop,
+            Stage::Helped { .. } if released => Next::LetGo(HoldEnd::Released),
             Stage::Applying { .. } => {
                 if now.saturating_sub(self.made_at) >= APPLY_TIMEOUT {
                     return Next::Judged(self.judged(owed, Effect::Unjudged, None, 0));
@@ -122,14 +127,10 @@ impl Claim {
                 }
                 Next::Judged(self.judged(owed, effect, Some(a), bar))
             }
-            Stage::Helped { .. } => {
-                if self.still_held(s, at) {
-                    Next::Keep
-                } else {
-                    // Let go, the claim it followed with it.
-                    Next::Drop
-                }
-            }
+            Stage::Helped { .. } => match self.hold_ends(s, at) {
+                None => Next::Keep,
+                Some(why) => Next::LetGo(why),
+            },
             Stage::Blocked {
                 last_displaced,
                 until,
@@ -147,15 +148,15 @@ impl Claim {
         }
     }
 
-    /// Whether a claim that helped still holds after this interval: the
-    /// owed pod still asks for about what it asked for before (its usage
-    /// plus its wait, within the verdict's bar), within its request, and the
-    /// node has no idle CPU the size of what the hold took (else the CPU
-    /// bought goes unused, or the pod is above its request, where CFS
-    /// shares the surplus by weight) — [`QUIET_INTERVALS`] intervals read
-    /// otherwise end it, going above its request at once, and [`HOLD_MAX`]
-    /// whatever it does.
-    fn still_held(&mut self, s: Option<Sample>, at: &Interval<'_>) -> bool {
+    /// Why a claim that helped stops holding after this interval, or
+    /// `None` while it holds: the owed pod still asks for about what it
+    /// asked for before (its usage plus its wait, within the verdict's
+    /// bar), within its request, and the node has no idle CPU the size of
+    /// what the hold took (else the CPU bought goes unused, or the pod is
+    /// above its request, where CFS shares the surplus by weight) —
+    /// [`QUIET_INTERVALS`] intervals read otherwise end it, going above its
+    /// request at once, and [`HOLD_MAX`] whatever it does.
+    fn hold_ends(&mut self, s: Option<Sample>, at: &Interval<'_>) -> Option<HoldEnd> {
         let freed: Millis = self
             .lowered
             .iter()
@@ -169,21 +170,49 @@ impl Claim {
             ..
         } = &mut self.stage
         else {
-            return false;
+            return Some(HoldEnd::NeedEnded);
         };
-        let within_max = at.now.saturating_sub(*since) < HOLD_MAX;
+        let past_max = at.now.saturating_sub(*since) >= HOLD_MAX;
         // An interval not read tells nothing either way: counted as quiet,
         // three in a row (a snapshot without the owed pod's `full`) ended a
         // hold its pod still needed. HOLD_MAX still bounds it.
         let Some(s) = s else {
-            return within_max;
+            return past_max.then_some(HoldEnd::HoldMax);
         };
-        let above_request = s.usage_m > request_m + MIN_OWED_M;
-        let still = s.usage_m + s.displaced_m >= *keep_above_m
-            && !above_request
-            && at.free_m < freed.max(MIN_DISPLACED_M);
-        *below = if still { 0 } else { *below + 1 };
-        !above_request && *below < QUIET_INTERVALS && within_max
+        if s.usage_m > request_m + MIN_OWED_M {
+            return Some(HoldEnd::AboveRequest);
+        }
+        let asks = s.usage_m + s.displaced_m >= *keep_above_m;
+        let idle = at.free_m >= freed.max(MIN_DISPLACED_M);
+        *below = if asks && !idle { 0 } else { *below + 1 };
+        if *below >= QUIET_INTERVALS {
+            // Named by this interval, the one that ended it.
+            Some(if asks {
+                HoldEnd::IdleCpu
+            } else {
+                HoldEnd::NeedEnded
+            })
+        } else {
+            past_max.then_some(HoldEnd::HoldMax)
+        }
+    }
+
+    /// What this claim, and the claims it followed, hold down: the pods
+    /// each lowered, but a blocked claim's (undone).
+    pub(super) fn holding(&self) -> impl Iterator<Item = &Lowered> {
+        std::iter::successors(Some(self), |c| c.prior.as_deref())
+            .filter(|c| !matches!(c.stage, Stage::Blocked { .. }))
+            .flat_map(|c| c.lowered.iter())
+    }
+
+    /// The end of what [`Self::holding`] held down: `None` if nothing.
+    pub(super) fn held_ended(&self, owed: &CgroupPodId, why: HoldEnd) -> Option<HoldEnded> {
+        let lowered: Vec<Lowered> = self.holding().cloned().collect();
+        (!lowered.is_empty()).then(|| HoldEnded {
+            owed: owed.clone(),
+            lowered,
+            why,
+        })
     }
 
     pub(super) fn judged(

@@ -47,6 +47,11 @@ fn no_earlier(_: &CgroupPodId) -> Option<Sample> {
 /// and Headroom's unless `gone` names it (an owed pod's cgroup id gone, or a
 /// lowered pod's uid gone or resized by another writer).
 fn step_on(c: &mut Claims, t: u64, free_m: Millis, gone: &str, smp: Option<Sample>) -> Vec<Judged> {
+    stepped(c, t, free_m, gone, smp).judged
+}
+
+/// [`step_on`], whole: the verdicts and the holds that ended.
+fn stepped(c: &mut Claims, t: u64, free_m: Millis, gone: &str, smp: Option<Sample>) -> Stepped {
     let owed_gone = |id: &CgroupPodId| id.as_str() == gone;
     let lowered_released = |u: &Uid| u.as_str() == gone;
     c.step(
@@ -59,6 +64,22 @@ fn step_on(c: &mut Claims, t: u64, free_m: Millis, gone: &str, smp: Option<Sampl
         },
         |_| smp,
     )
+}
+
+/// The holds that ended in one interval, each as (why, pods it let go).
+fn ended(
+    c: &mut Claims,
+    t: u64,
+    free_m: Millis,
+    gone: &str,
+    smp: Option<Sample>,
+) -> Vec<(HoldEnd, Vec<Lowered>)> {
+    stepped(c, t, free_m, gone, smp)
+        .ended
+        .into_iter()
+        .inspect(|e| assert_eq!(e.owed, steady()))
+        .map(|e| (e.why, e.lowered))
+        .collect()
 }
 
 fn step(c: &mut Claims, t: u64, smp: Option<Sample>) -> Vec<Judged> {
@@ -193,9 +214,16 @@ fn a_lowering_the_owed_pod_gained_from_helped_and_holds_while_it_runs() {
     let j = step(&mut c, 34, sample(780, 0));
     assert_eq!((j[0].effect, j[0].before.usage_m), (Effect::Helped, 650));
     // ...three in a row below its demand end it, and the hold.
-    for t in 35..38 {
-        step(&mut c, t, sample(100, 0));
+    for t in 35..37 {
+        assert!(ended(&mut c, t, 0, "", sample(100, 0)).is_empty());
     }
+    assert_eq!(
+        ended(&mut c, 37, 0, "", sample(100, 0)),
+        [(
+            HoldEnd::NeedEnded,
+            [svc(1650, 1500), svc(1900, 1650)].concat()
+        )]
+    );
     assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
 }
@@ -432,7 +460,10 @@ fn a_hold_ends_when_its_lowered_pod_is_released() {
     let mut c = helped();
     step(&mut c, 5, sample(720, 0));
     assert!(c.has(&steady()));
-    assert!(step_on(&mut c, 6, 0, "svc", sample(720, 0)).is_empty());
+    assert_eq!(
+        ended(&mut c, 6, 0, "svc", sample(720, 0)),
+        [(HoldEnd::Released, svc(1900, 1650))]
+    );
     assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
 }
@@ -440,8 +471,21 @@ fn a_hold_ends_when_its_lowered_pod_is_released() {
 #[test]
 fn a_claim_ends_with_its_owed_pod() {
     let mut c = applied();
-    assert!(step_on(&mut c, 3, 0, "steady", sample(700, 0)).is_empty());
+    assert_eq!(
+        ended(&mut c, 3, 0, "steady", sample(700, 0)),
+        [(HoldEnd::OwedLeft, svc(1900, 1650))]
+    );
     assert!(!c.has(&steady()));
+    assert!(c.holds().is_empty());
+    // And a hold in force, with the lowering it followed.
+    let (mut c, _) = follow_up_measuring();
+    assert_eq!(
+        ended(&mut c, 8, 0, "steady", None),
+        [(
+            HoldEnd::OwedLeft,
+            [svc(1650, 1500), svc(1900, 1650)].concat()
+        )]
+    );
     assert!(c.holds().is_empty());
 }
 
@@ -462,7 +506,10 @@ fn a_hold_ends_as_soon_as_the_owed_pod_is_above_its_request() {
     step(&mut c, 5, sample(850, 0));
     assert!(c.has(&steady()));
     // 860m of its 800m request: owed nothing, CFS shares the surplus.
-    step(&mut c, 6, sample(860, 0));
+    assert_eq!(
+        ended(&mut c, 6, 0, "", sample(860, 0)),
+        [(HoldEnd::AboveRequest, svc(1900, 1650))]
+    );
     assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
 }
@@ -472,10 +519,13 @@ fn a_hold_ends_when_what_it_bought_lies_idle() {
     let mut c = helped();
     // Near its demand, but 300m free: more than the 250m the hold took.
     for t in 5..7 {
-        step_on(&mut c, t, 300, "", sample(720, 0));
+        assert!(ended(&mut c, t, 300, "", sample(720, 0)).is_empty());
         assert!(c.has(&steady()), "ended at {t} s");
     }
-    step_on(&mut c, 7, 300, "", sample(720, 0));
+    assert_eq!(
+        ended(&mut c, 7, 300, "", sample(720, 0)),
+        [(HoldEnd::IdleCpu, svc(1900, 1650))]
+    );
     assert!(!c.has(&steady()));
 }
 
@@ -487,7 +537,10 @@ fn a_hold_ends_after_its_longest() {
         step(&mut c, t, sample(720, 0));
     }
     assert!(c.has(&steady()));
-    step(&mut c, until, sample(720, 0));
+    assert_eq!(
+        ended(&mut c, until, 0, "", sample(720, 0)),
+        [(HoldEnd::HoldMax, svc(1900, 1650))]
+    );
     assert!(!c.has(&steady()));
 }
 
@@ -508,10 +561,19 @@ fn follow_up_measuring() -> (Claims, Displaced) {
 #[test]
 fn a_follow_up_that_bought_nothing_gives_back_only_its_own_step() {
     let (mut c, strong) = follow_up_measuring();
-    let j = step(&mut c, 8, sample(720, 200));
+    let out = stepped(&mut c, 8, 0, "", sample(720, 200));
+    let j = &out.judged;
     assert_eq!(
         (j[0].effect, &j[0].lowered),
         (Effect::NoEffect, &svc(1650, 1500))
+    );
+    assert_eq!(
+        out.ended,
+        [HoldEnded {
+            owed: steady(),
+            lowered: svc(1650, 1500),
+            why: HoldEnd::NoEffect
+        }]
     );
     // The first lowering, which helped, holds again...
     assert_eq!(c.holds().get(&Uid::from("svc")), Some(&1650));
