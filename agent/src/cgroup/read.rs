@@ -154,11 +154,21 @@ fn fill(
 /// not used for [`Handles::IDLE_SWEEPS`] sweeps is closed, and one whose
 /// read fails is closed and the file read afresh once (a cgroup removed and
 /// made again under the same path reads as the new one).
+///
+/// Two kinds of read: *hot* ([`Self::read_into`]: a light tick's files,
+/// read every tick) and *cold* ([`Self::read_cold`]: the audit's full scan
+/// and a pod's full read, every 30 s or so). A cold file is kept only while
+/// there is room, and a hot file that finds none takes a cold one's slot:
+/// the audit's files save their opens where the budget allows (at 250
+/// pods, ~1,880 files every 30 s) but never crowd out the files read every
+/// tick (at 500 pods and a budget of 512 they had taken 444 of its slots).
 #[derive(Debug, Default)]
 pub struct Handles {
     /// Keyed by the path's bytes: hashing and comparing a `Path` walks its
     /// components, and this map is asked once per file read.
-    open: HashMap<OsString, (File, u32)>,
+    open: HashMap<OsString, Kept>,
+    /// How many of `open` only cold reads used (a hot one may take their slot).
+    cold: usize,
     /// Under a root that is not cgroupfs: the files found (by `fstatfs`)
     /// not to be on cgroup2, never kept, with their unused sweeps.
     elsewhere: HashMap<OsString, u32>,
@@ -168,6 +178,15 @@ pub struct Handles {
     /// Reads served by an open handle, and by open + read + close.
     pub kept_reads: u64,
     pub opened_reads: u64,
+}
+
+#[derive(Debug)]
+struct Kept {
+    file: File,
+    /// Sweeps since its last read.
+    idle: u32,
+    /// Read by a hot read at least once since it was opened.
+    hot: bool,
 }
 
 impl Handles {
@@ -224,22 +243,42 @@ impl Handles {
         self.open.is_empty()
     }
 
-    /// Reads `path` into `b`, through its open handle if it has one (else
-    /// opening it, and keeping it while there is room).
+    /// Files open now that only cold reads used.
+    pub fn cold_len(&self) -> usize {
+        self.cold
+    }
+
+    /// A hot read of `path` into `b` (a file read every tick), through its
+    /// open handle if it has one, else opening it and keeping it: in a free
+    /// slot, or in a cold file's.
     pub fn read_into(&mut self, path: &Path, b: &mut Buf) -> Result<(), ReadError> {
+        self.read(path, b, true)
+    }
+
+    /// A cold read of `path` into `b` (a file read once in a while): as
+    /// [`Self::read_into`], but kept only in a free slot.
+    pub fn read_cold(&mut self, path: &Path, b: &mut Buf) -> Result<(), ReadError> {
+        self.read(path, b, false)
+    }
+
+    fn read(&mut self, path: &Path, b: &mut Buf, hot: bool) -> Result<(), ReadError> {
         if self.cap == 0 {
             self.opened_reads += 1;
             return read_into(path, b);
         }
-        if let Some((f, idle)) = self.open.get_mut(path.as_os_str()) {
-            *idle = 0;
-            match fill(b, |buf, off| f.read_at(buf, off)) {
+        if let Some(k) = self.open.get_mut(path.as_os_str()) {
+            k.idle = 0;
+            if hot && !k.hot {
+                k.hot = true;
+                self.cold -= 1;
+            }
+            match fill(b, |buf, off| k.file.read_at(buf, off)) {
                 Ok(()) => {
                     self.kept_reads += 1;
                     return Ok(());
                 }
                 Err(_) => {
-                    self.open.remove(path.as_os_str());
+                    self.close(path);
                 }
             }
         }
@@ -253,24 +292,57 @@ impl Handles {
         fill(b, |buf, off| f.read_at(buf, off))?;
         if self.only_cgroup2 && !fd_is_cgroup2(&f) {
             self.elsewhere.insert(path.as_os_str().to_owned(), 0);
-        } else if self.open.len() < self.cap {
-            self.open.insert(path.as_os_str().to_owned(), (f, 0));
+            return Ok(());
+        }
+        if self.open.len() >= self.cap && hot && self.cold > 0 {
+            self.close_one_cold();
+        }
+        if self.open.len() < self.cap {
+            let kept = Kept {
+                file: f,
+                idle: 0,
+                hot,
+            };
+            self.open.insert(path.as_os_str().to_owned(), kept);
+            self.cold += usize::from(!hot);
         }
         Ok(())
     }
 
+    /// Closes one handle only cold reads used (any one: each is read as
+    /// seldom as the others).
+    fn close_one_cold(&mut self) {
+        let mut left = 1;
+        self.open.retain(|_, k| {
+            let close = left > 0 && !k.hot;
+            left -= usize::from(close);
+            !close
+        });
+        self.cold -= 1 - left;
+    }
+
+    fn close(&mut self, path: &Path) {
+        if let Some(k) = self.open.remove(path.as_os_str()) {
+            self.cold -= usize::from(!k.hot);
+        }
+    }
+
     /// Closes the handle of `path`, if kept: its next read opens the path again.
     pub fn forget(&mut self, path: &Path) {
-        self.open.remove(path.as_os_str());
+        self.close(path);
         self.elsewhere.remove(path.as_os_str());
     }
 
     /// Closes the handles unused for [`Self::IDLE_SWEEPS`] sweeps (call once a tick).
     pub fn sweep(&mut self) {
-        self.open.retain(|_, (_, idle)| {
-            *idle += 1;
-            *idle < Self::IDLE_SWEEPS
+        let mut closed_cold = 0;
+        self.open.retain(|_, k| {
+            k.idle += 1;
+            let keep = k.idle < Self::IDLE_SWEEPS;
+            closed_cold += usize::from(!keep && !k.hot);
+            keep
         });
+        self.cold -= closed_cold;
         self.elsewhere.retain(|_, idle| {
             *idle += 1;
             *idle < Self::IDLE_SWEEPS
@@ -280,6 +352,7 @@ impl Handles {
     /// Closes every handle.
     pub fn clear(&mut self) {
         self.open.clear();
+        self.cold = 0;
         self.elsewhere.clear();
     }
 }
@@ -296,9 +369,22 @@ fn fd_is_cgroup2(f: &File) -> bool {
         .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, as long-running
+/// daemons do: containerd 2.x starts containers at a soft limit of 1,024
+/// (hard 524,288), which would leave the kept handles 512 slots.
+/// Returns (soft before, soft after); an error leaves the limit as it was.
+pub fn raise_fd_limit() -> nix::Result<(u64, u64)> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if soft < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+    }
+    Ok((soft, getrlimit(Resource::RLIMIT_NOFILE)?.0))
+}
+
 /// Half the soft `RLIMIT_NOFILE`, at most 4096 (the rest stays for sockets
 /// and one-off reads); 512 when it cannot be read.
-fn fd_budget() -> usize {
+pub fn fd_budget() -> usize {
     let soft = std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|s| {
@@ -515,6 +601,51 @@ mod tests {
         assert!(!Handles::none().keeps());
         assert!(!is_cgroup2(t.path()), "a temp dir is not cgroupfs");
         assert!(!Handles::for_root(t.path()).keeps());
+    }
+
+    /// Cold reads keep a file only in a free slot; a hot read takes a cold
+    /// file's slot, never a hot one's.
+    #[test]
+    fn a_hot_file_takes_a_cold_files_slot() {
+        let t = tempfile::tempdir().unwrap();
+        let f: Vec<_> = (0..7)
+            .map(|i| {
+                let p = t.path().join(format!("f{i}"));
+                std::fs::write(&p, "1\n").unwrap();
+                p
+            })
+            .collect();
+        let mut h = Handles::keeping(3);
+        let mut b = Buf::default();
+        for p in &f[..3] {
+            h.read_cold(p, &mut b).unwrap();
+        }
+        assert_eq!((h.len(), h.cold_len()), (3, 3));
+        h.read_cold(&f[3], &mut b).unwrap();
+        assert_eq!((h.len(), h.cold_len()), (3, 3), "a cold read takes no slot");
+        // Read hot, a kept cold file turns hot; a new hot file evicts one.
+        h.read_into(&f[0], &mut b).unwrap();
+        h.read_into(&f[4], &mut b).unwrap();
+        h.read_into(&f[5], &mut b).unwrap();
+        assert_eq!((h.len(), h.cold_len()), (3, 0));
+        // Full of hot files: the next hot one is read, not kept.
+        h.read_into(&f[6], &mut b).unwrap();
+        assert_eq!((h.len(), h.cold_len()), (3, 0));
+        let opened = h.opened_reads;
+        for p in [&f[0], &f[4], &f[5]] {
+            h.read_into(p, &mut b).unwrap();
+        }
+        assert_eq!(h.opened_reads, opened, "a hot file lost its handle");
+        // Swept, forgotten or cleared, the cold count follows.
+        h.clear();
+        h.read_cold(&f[1], &mut b).unwrap();
+        h.read_cold(&f[2], &mut b).unwrap();
+        h.forget(&f[1]);
+        assert_eq!(h.cold_len(), 1);
+        for _ in 0..Handles::IDLE_SWEEPS {
+            h.sweep();
+        }
+        assert_eq!((h.len(), h.cold_len()), (0, 0));
     }
 
     /// Symlinks, FIFOs and devices are refused through the kept-handle path

@@ -86,12 +86,16 @@ impl Scanner {
         &self.handles
     }
 
-    fn reader(&mut self, path: PathBuf) -> Reader<'_> {
+    /// A reader of the cgroup at `path`; `hot`: whether what it reads is
+    /// read every tick (a light tick's counters), whose handles are kept
+    /// first.
+    fn reader(&mut self, path: PathBuf, hot: bool) -> Reader<'_> {
         Reader {
             path,
             buf: &mut self.buf,
             handles: &mut self.handles,
             root: &self.root,
+            hot,
             issues: Vec::new(),
         }
     }
@@ -100,7 +104,9 @@ impl Scanner {
     pub fn scan(&mut self, layout: &Layout, at_us: u64) -> Result<NodeSnapshot, ScanError> {
         let (node_usage_us, root_issues) = self.node_usage_us();
         let kp = self.root.join(&layout.kubepods);
-        let mut r = self.reader(kp);
+        // A full scan (the audit) reads every file once in a while: kept
+        // only where the files the light ticks read leave room.
+        let mut r = self.reader(kp, false);
         r.issues = root_issues;
         let kubepods = r.sample().map_err(ScanError::Kubepods)?;
         let top = r.subdirs().map_err(ScanError::Kubepods)?;
@@ -155,7 +161,7 @@ impl Scanner {
     /// signal's idle reading uses it, and it falls back to kubepods alone.
     fn node_usage_us(&mut self) -> (Option<u64>, Vec<CgroupError>) {
         let root = self.root.clone();
-        let mut r = self.reader(root);
+        let mut r = self.reader(root, true);
         let usage = r
             .optional(file::CPU_STAT, parse::cpu_stat)
             .map(|s| s.usage_usec);
@@ -187,7 +193,7 @@ impl Scanner {
     ) -> Result<NodeSnapshot, ScanError> {
         let (node_usage_us, root_issues) = self.node_usage_us();
         let kp = self.root.join(&index.layout.kubepods);
-        let mut r = self.reader(kp);
+        let mut r = self.reader(kp, true);
         r.issues = root_issues;
         let kubepods = r.counters(&index.kubepods).map_err(ScanError::Kubepods)?;
         let mut pods = Vec::with_capacity(index.pods.len() + new.len());
@@ -198,7 +204,10 @@ impl Scanner {
             }
             r.at(&p.path);
             if d == Depth::Full {
+                // A pod in a resize, read whole for a few ticks: cold.
+                r.hot = false;
                 pods.push(r.pod(p.id.clone(), p.qos));
+                r.hot = true;
                 continue;
             }
             let stat = r.required(file::CPU_STAT, parse::cpu_stat);
@@ -252,7 +261,9 @@ impl Scanner {
                 }
                 r.at(&pod_dir(&index.layout, q, id));
                 if r.path.is_dir() {
+                    r.hot = false;
                     pods.push(r.pod(id.clone(), q));
+                    r.hot = true;
                     found = true;
                     break;
                 }
@@ -334,6 +345,9 @@ struct Reader<'a> {
     buf: &'a mut Buf,
     handles: &'a mut Handles,
     root: &'a Path,
+    /// Whether the files read now are read every tick (a light tick's):
+    /// those keep their handles first ([`Handles::read_cold`]).
+    hot: bool,
     /// Errors met so far (see [`NodeSnapshot::issues`]).
     issues: Vec<CgroupError>,
 }
@@ -374,7 +388,12 @@ impl Reader<'_> {
     /// Reads `file` of the current cgroup into `self.buf`.
     fn read(&mut self, file: &str) -> Result<Read1, CgroupError> {
         self.path.push(file);
-        let out = match self.handles.read_into(&self.path, self.buf) {
+        let read = if self.hot {
+            self.handles.read_into(&self.path, self.buf)
+        } else {
+            self.handles.read_cold(&self.path, self.buf)
+        };
+        let out = match read {
             Ok(()) => Ok(Read1::Ok),
             Err(ReadError::NotFound(_)) => Ok(Read1::NotFound),
             Err(e) => Err(self.error(e)),
@@ -591,9 +610,48 @@ mod tests {
         let mended = t.path().join("mended");
         fs::write(&mended, &good).unwrap();
         fs::rename(&mended, &stat).unwrap();
-        sc.scan(&layout, 1).expect("the mended file is read");
-        sc.scan(&layout, 2).expect("and kept");
-        assert!(sc.handles().kept_reads > 0);
+        let index = sc.scan(&layout, 1).expect("the mended file is read");
+        let kept = sc.handles().kept_reads;
+        sc.rescan(&index, 2, |_, _| Depth::Skip).expect("and kept");
+        assert!(sc.handles().kept_reads > kept);
+    }
+
+    /// With room for just the files a light tick reads, the audit's full
+    /// scan fills the slots first; the light tick's files take them, and
+    /// the next full scan takes none back.
+    #[test]
+    fn a_light_ticks_files_take_the_audits_slots() {
+        let (t, layout) = tree();
+        let index = scan(t.path(), &layout, 0).expect("full scan");
+        // What a light tick reads (the root's counters, kubepods' and each
+        // pod's), counted with room to spare.
+        let mut roomy = Scanner::new(t.path(), Handles::keeping(1000));
+        roomy
+            .rescan(&index, 0, |_, _| Depth::Stat)
+            .expect("light tick");
+        let hot = roomy.handles().len();
+        assert!(hot > index.pods.len());
+        let before = roomy.handles().kept_reads;
+        roomy
+            .rescan(&index, 1, |_, _| Depth::Stat)
+            .expect("light tick");
+        let reads = roomy.handles().kept_reads - before;
+        let mut sc = Scanner::new(t.path(), Handles::keeping(hot));
+        sc.scan(&layout, 0).expect("full scan");
+        assert_eq!(sc.handles().len(), hot, "the audit fills every slot");
+        assert_eq!(sc.handles().cold_len(), hot, "all cold");
+        sc.rescan(&index, 1, |_, _| Depth::Stat)
+            .expect("light tick");
+        sc.scan(&layout, 2).expect("full scan");
+        assert_eq!(sc.handles().cold_len(), 0, "an audit's file kept");
+        let before = sc.handles().kept_reads;
+        sc.rescan(&index, 3, |_, _| Depth::Stat)
+            .expect("light tick");
+        assert_eq!(
+            sc.handles().kept_reads - before,
+            reads,
+            "a light tick's file opened"
+        );
     }
 
     #[test]
@@ -872,7 +930,7 @@ mod tests {
     fn vanished_pod_is_reported_as_vanished() {
         let (t, l) = tree();
         let mut sc = Scanner::new(t.path(), Handles::none());
-        let mut r = sc.reader(t.path().join("kubepods.slice/kubepods-podgone.slice"));
+        let mut r = sc.reader(t.path().join("kubepods.slice/kubepods-podgone.slice"), true);
         let p = r.pod("gone".into(), Qos::Guaranteed);
         assert_eq!(
             p.sample,

@@ -157,11 +157,31 @@ pub fn run(a: Args) -> anyhow::Result<ExitCode> {
     rt.block_on(run_async(a, policy))
 }
 
+/// The soft open-file limit raised to the hard one, before the scanner
+/// sizes its kept handles from it ([`cgroup::read::fd_budget`]).
+fn raise_fd_limit() {
+    let budget = cgroup::read::fd_budget;
+    match cgroup::read::raise_fd_limit() {
+        Ok((from, to)) => tracing::info!(
+            soft_from = from,
+            soft = to,
+            kept_handles_at_most = budget(),
+            "open-file limit"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            kept_handles_at_most = budget(),
+            "open-file limit not raised"
+        ),
+    }
+}
+
 async fn run_async(a: Args, policy: PolicyConfig) -> anyhow::Result<ExitCode> {
     let layout = cgroup::discover(&a.cgroup_root)
         .with_context(|| format!("cgroup root {} is not usable", a.cgroup_root.display()))?;
     tracing::info!(node = %a.node_name, root = %a.cgroup_root.display(), driver = ?layout.driver,
         kubepods = %layout.kubepods.display(), dry_run = a.dry_run, "starting");
+    raise_fd_limit();
     let client = client(a.kubeconfig.as_ref()).await?;
     let metrics = Arc::new(Metrics::new(env!("CARGO_PKG_VERSION")));
     let readiness = Arc::new(Readiness::new(a.unready_after_failed_ticks));
