@@ -1136,7 +1136,6 @@ async fn measure(
             .map(|i| (i + 1).to_string())
             .unwrap_or_default()
     };
-    let svc_bursts = abs(matrix::phase_windows(&sc.svc, "burst"));
     let mut patches_csv = String::from("t_s,pod,old_m,new_m,burst,episode\n");
     for r in resizes.iter().filter(|r| is_managed(r)) {
         let _ = writeln!(
@@ -1146,7 +1145,7 @@ async fn measure(
             r.pod,
             r.old_m,
             r.new_m,
-            within_window(&svc_bursts, r.t),
+            within_window(&bursts, r.t),
             within_window(&episodes, r.t),
         );
     }
