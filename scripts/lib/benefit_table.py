@@ -350,8 +350,9 @@ def headline(summary, meta):
 # --- The matrix (summary.json format 2) ---------------------------------
 
 # (header, runs.csv column, formatter, shown when): None always, a party
-# name when the scenario has it (meta.json's parties), "agent" for
-# configurations with the agent only.
+# name when the scenario has it (meta.json's parties; `episodes`: the
+# within-request neighbour's need comes and goes), "agent" for
+# configurations with the agent only, "PARTY+agent" for both.
 MATRIX_COLUMNS = [
     ("p50 ms", "svc_p50_ms", "ms", None),
     ("p99 ms", "svc_p99_ms", "ms", None),
@@ -365,6 +366,7 @@ MATRIX_COLUMNS = [
     ("node CPU", "node_util", "pct0", None),
     ("limit changes", "limit_changes", "int", None),
     ("patches per burst (max)", "max_patches_per_burst", "int", "agent"),
+    ("patches per episode (max)", "max_patches_per_episode", "int", "episodes+agent"),
     ("lowerings", "svc_lowerings", "int", "agent"),
     ("false lowerings", "false_lowerings", "int", "agent"),
     ("lowerings that helped", "lowerings_helped", "int", "agent"),
@@ -384,6 +386,7 @@ GOAL_SHORT = {
     ("batch", "p99_vs_nolimit"): "unmanaged p99 ≤ (b)",
     ("agent", "no_effect_lowerings"): "0 lowerings that bought nothing",
     ("agent", "patches_per_burst"): "≤ 3 patches per burst",
+    ("agent", "patches_per_episode"): "≤ 2 patches per episode",
     ("agent", "false_lowerings"): "0 false lowerings",
     ("svc", "dry_run_like_static"): "--dry-run like (a)",
 }
@@ -393,8 +396,10 @@ RULE_TEXT = (
     "medians) is on the goal's side of its threshold; its 95 % bootstrap interval is "
     "shown, with a note where it crosses the threshold. A goal on a count (lowerings "
     "that bought nothing, patches per burst, false lowerings) is met when no run "
-    "exceeds it. Managed services: p99 at most (a)'s and, except in `short`, at most "
-    "2× (b)'s; the within-request neighbour: p99 at most 1.1× (a)'s, and the CPU it got "
+    "exceeds it; in `flicker`, where the within-request neighbour's need comes and goes, "
+    "patches are counted per episode of that need (a need and the pause after it), at "
+    "most 2, instead of per burst. Managed services: p99 at most (a)'s and, except in "
+    "`short` and `flicker`, at most 2× (b)'s; the within-request neighbour: p99 at most 1.1× (a)'s, and the CPU it got "
     "in its contended phase(s) at least 0.97× (a)'s (3 % for sampling noise); the "
     "unmanaged batch neighbour: p99 while it needs CPU at most (b)'s."
 )
@@ -426,8 +431,8 @@ def shown(when, parties, is_agent):
         return True
     if when == "agent":
         return is_agent
-    if when == "batch+agent":
-        return is_agent and parties.get("batch", False)
+    if when.endswith("+agent"):
+        return is_agent and parties.get(when[: -len("+agent")], False)
     return parties.get(when, False)
 
 

@@ -31,7 +31,15 @@
 //!   beside the within-request neighbour at 150m (no batch load). `svc2` is
 //!   created before each `pair` run and deleted after it (Running and
 //!   answering first), so the other scenarios' agent sees one managed pod,
-//!   as before the matrix. Both services get the same configuration.
+//!   as before the matrix. Both services get the same configuration;
+//! - `flicker` (issue 47): the node short as in `short` for 70 s (the
+//!   service bursting to its ceiling, the batch neighbour's 0.8 CPU all
+//!   through the burst), while the within-request neighbour's need (450m)
+//!   comes and goes: on 8, 3, 2, 6, 8, 2 s, off 6, 7, 4, 2, 8, 4 s between,
+//!   from 10 s in (a fixed pattern drawn from 2–8 s,
+//!   `benefit::matrix::flicker_within`, and why it is irregular). Each need
+//!   and the pause after it is one *episode*; the agent's patches of the
+//!   service are counted per episode, not per burst.
 //!
 //! The configurations (default `a-static,b-nolimit,c-headroom,e-dryrun`, plus
 //! any `BENEFIT_TUNED` candidates; `BENEFIT_CONFIGS` names others):
@@ -71,7 +79,8 @@
 //!   `cpu.stat`), limit changes and the agent's reaction times, the
 //!   second's throttled ratio and usage;
 //! - the within-request neighbour's p99 (whole run, and its `contended`
-//!   phases: the batch neighbour's demand, or in `pair` the bursts), the CPU
+//!   phases: the batch neighbour's demand, in `pair` the bursts, in
+//!   `flicker` its needs), the CPU
 //!   it got (pod `cpu.stat` `usage_usec`) over the run and over its
 //!   contended phases, and its pod cgroup's `cpu.pressure` `full` stall
 //!   over the same (it has no CPU limit, so none of it is its own
@@ -79,7 +88,12 @@
 //! - the batch neighbour's p99 while it needs its CPU;
 //! - from the agent's log (raw/<run>-agent.log): its checked lowerings
 //!   (`lowering checked … effect=helped|no_effect|unjudged`), its patches of each
-//!   service and the most within one burst window of the schedule;
+//!   service and the most within one burst window of the schedule; in
+//!   `flicker`, within one episode of the within-request neighbour's need
+//!   (from the start of a need to the end of the pause after it,
+//!   `benefit::matrix::episodes`; a patch is timed by its `resized` log
+//!   line). raw/<run>-patches.csv lists every patch of a service with the
+//!   burst and the episode it counts to;
 //! - **false lowerings**: every lowering of a managed service the agent
 //!   logged (`resized … old=Xm new=Ym` with Y < X) is put against the
 //!   sampler. From the last sample at or before 3 s ahead of the log line to
@@ -113,15 +127,17 @@
 //!
 //! Wall time: a run is ~100 s (80 s of schedule, 4 s lead-in, up to 15 s of
 //! drain, set-up; a `pair` run ~20 s more for its second pod), so the full
-//! matrix, 4 scenarios × 4 configurations × 3 repetitions = 48 runs, is
-//! ~85 min, plus ~1 min of VM boot and pod setup; `BENEFIT_MATRIX=quick`
-//! (16 runs) ~28 min.
+//! matrix, 5 scenarios × 4 configurations × 3 repetitions = 60 runs, is
+//! ~105 min (48 runs without `flicker` took 1 h 23 min on 2026-12-06),
+//! plus ~1 min of VM boot and pod setup; `BENEFIT_MATRIX=quick` (20 runs)
+//! ~36 min. `flicker` adds 12 runs (~20 min) to the full matrix, 4 (~7
+//! min) to the quick one; `BENEFIT_SCENARIOS` leaves it out.
 //!
 //! Run by `scripts/benefit` (which builds the static service and load
 //! generator and draws the charts). Environment:
 //! `BENEFIT_BIN_DIR` (benefit-load), `BENEFIT_IMAGE` (service image archive),
 //! `BENEFIT_OUT` (default docs/benefit), `BENEFIT_SCENARIOS` (comma list of
-//! `mixed,short,alone,pair`; default all), `BENEFIT_MATRIX` (`quick`: one
+//! `mixed,short,alone,pair,flicker`; default all), `BENEFIT_MATRIX` (`quick`: one
 //! repetition of each, whatever `BENEFIT_REPS` says; `full`, the default:
 //! `BENEFIT_REPS`), `BENEFIT_REPS` (3), `BENEFIT_SEED`, `BENEFIT_CONFIGS`
 //! (comma list of the names above), `BENEFIT_TUNED`, `BENEFIT_BASELINE` (a
@@ -406,12 +422,13 @@ impl Settings {
                     s.burn_us
                 );
             }
-            if sc.name == "short" {
+            if matches!(sc.name, "short" | "flicker") {
                 let peak = matrix::peak_demand_m(&sc.svc, s.burn_us);
                 anyhow::ensure!(
                     peak >= CEILING_M as f64,
-                    "short: the service bursts to {peak:.0}m at {} µs a request: below its \
+                    "{}: the service bursts to {peak:.0}m at {} µs a request: below its \
                      {CEILING_M}m ceiling, so the node is not short",
+                    sc.name,
                     s.burn_us
                 );
             }
@@ -1002,8 +1019,8 @@ async fn measure(
     // or both services' bursts); without any, the whole run.
     let (contended_idx, contended) = match &sc.within {
         Some(wp) => (
-            matrix::phase_indices(wp, "contended"),
-            abs(matrix::phase_windows(wp, "contended")),
+            matrix::phase_indices(wp, matrix::CONTENDED),
+            abs(matrix::phase_windows(wp, matrix::CONTENDED)),
         ),
         None => (Vec::new(), Vec::new()),
     };
@@ -1086,6 +1103,54 @@ async fn measure(
                 .collect::<Vec<_>>()
                 .join("/")
         ));
+    }
+    // `flicker`: the patches of each service per episode of the
+    // within-request neighbour's need (`matrix::episodes`: a need and the
+    // pause after it).
+    let episodes = match &sc.within {
+        Some(wp) if sc.episodes => abs(matrix::episodes(wp, matrix::CONTENDED)),
+        _ => Vec::new(),
+    };
+    let mut per_episode = Vec::new();
+    let mut max_patches_per_episode = 0;
+    if !episodes.is_empty() {
+        for (name, _) in &managed {
+            let counts = agent_log::patches_per_burst(&resizes, name, &episodes);
+            max_patches_per_episode =
+                max_patches_per_episode.max(counts.iter().copied().max().unwrap_or(0));
+            per_episode.push(format!(
+                "{name}:{}",
+                counts
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ));
+        }
+    }
+    // Every patch of a managed service, with the burst and the episode it
+    // counts to (1-based; empty: none).
+    let within_window = |ws: &[(f64, f64)], t: f64| {
+        ws.iter()
+            .position(|(a, b)| t >= *a && t < *b)
+            .map(|i| (i + 1).to_string())
+            .unwrap_or_default()
+    };
+    let mut patches_csv = String::from("t_s,pod,old_m,new_m,burst,episode\n");
+    for r in resizes.iter().filter(|r| is_managed(r)) {
+        let _ = writeln!(
+            patches_csv,
+            "{:.2},{},{},{},{},{}",
+            r.t - t0,
+            r.pod,
+            r.old_m,
+            r.new_m,
+            within_window(&bursts, r.t),
+            within_window(&episodes, r.t),
+        );
+    }
+    if managed_patches > 0 {
+        std::fs::write(s.out.join(format!("raw/{id}-patches.csv")), patches_csv)?;
     }
     let burst_p99 = phases_p99(Some(&svc), &matrix::phase_indices(&sc.svc, "burst"));
     // Timeline CSV of this run (relative to the schedule's start).
@@ -1190,6 +1255,9 @@ async fn measure(
         svc2_patches: resizes.iter().filter(|r| r.of_pod(SVC2)).count(),
         max_patches_per_burst,
         patches_per_burst: per_burst.join(";"),
+        episodes: episodes.len(),
+        max_patches_per_episode,
+        patches_per_episode: per_episode.join(";"),
         yields: agent_log::yield_lines(&log).len(),
         agent_patches_raise: raise_p,
         agent_patches_lower: lower_p,
@@ -1247,6 +1315,10 @@ fn meta(
         "scenarios": s.scenarios.iter().map(|sc| (sc.name.to_string(), json!({
             "about": sc.about,
             "parties": sc.parties(),
+            // `flicker`: the episodes of the within-request neighbour's need,
+            // [from, to) s from the schedule's start.
+            "episodes": sc.within.as_deref().filter(|_| sc.episodes)
+                .map(|w| matrix::episodes(w, matrix::CONTENDED)),
             "schedule": {
                 "svc": phase_list(&sc.svc),
                 "svc2": sc.svc2.as_deref().map(phase_list),
@@ -1277,6 +1349,7 @@ fn meta(
             "batch_p99_vs_nolimit_max": summary::BATCH_P99_VS_NOLIMIT_MAX,
             "no_effect_max": summary::NO_EFFECT_MAX,
             "patches_per_burst_max": summary::PATCHES_PER_BURST_MAX,
+            "patches_per_episode_max": summary::PATCHES_PER_EPISODE_MAX,
             "false_lowerings_max": summary::FALSE_LOWERINGS_MAX,
             "dryrun_p99_tolerance": summary::DRYRUN_P99_TOLERANCE,
         },
@@ -1412,7 +1485,7 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
             }
         };
         eprintln!(
-            "benefit: {}: svc p50 {:.0} p99 {:.0} p99.9 {:.0} ms{}; throttled {:.1} % ({:.1} s); within p99 {:.0} ms, CPU {:.0}m contended, full {:.1} %; batch p99 {:.0} ms; node {:.0} %; limit changes {}; patches {}+{} (per burst {}); lowerings {} ({} false, {} unjudged; checked: {} helped, {} no effect); raise {:?}/{:?} s, lower {:?} s",
+            "benefit: {}: svc p50 {:.0} p99 {:.0} p99.9 {:.0} ms{}; throttled {:.1} % ({:.1} s); within p99 {:.0} ms, CPU {:.0}m contended, full {:.1} %; batch p99 {:.0} ms; node {:.0} %; limit changes {}; patches {}+{} (per burst {}{}); lowerings {} ({} false, {} unjudged; checked: {} helped, {} no effect); raise {:?}/{:?} s, lower {:?} s",
             row.id,
             row.svc_p50_ms,
             row.svc_p99_ms,
@@ -1433,6 +1506,11 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
             row.svc_patches,
             row.svc2_patches,
             row.patches_per_burst,
+            if row.episodes > 0 {
+                format!(", per episode {}", row.patches_per_episode)
+            } else {
+                String::new()
+            },
             row.svc_lowerings,
             row.false_lowerings,
             row.unjudged_lowerings,

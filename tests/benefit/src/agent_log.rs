@@ -331,8 +331,11 @@ pub fn effect_counts(checks: &[CheckedLowering]) -> EffectCounts {
     c
 }
 
-/// For each burst window `[from, to)` (Unix s), how many of `resizes`
-/// patched the pod named `name`.
+/// For each window `[from, to)` (Unix s), how many of `resizes` patched
+/// the pod named `name`: the service's bursts, or in `flicker` the episodes
+/// of the within-request neighbour's need (`matrix::episodes`), where a
+/// patch at the instant one episode ends and the next begins counts to the
+/// next.
 pub fn patches_per_burst(resizes: &[Resize], name: &str, bursts: &[(f64, f64)]) -> Vec<usize> {
     bursts
         .iter()
@@ -506,6 +509,43 @@ Started headroom-agent.service - /mnt/node/bin/headroom-agent run --node-name n.
         assert_eq!(patches_per_burst(&resizes, "svc2", &bursts), [1, 0]);
         assert_eq!(patches_per_burst(&resizes, "within", &bursts), [0, 0]);
         assert!(patches_per_burst(&resizes, "svc", &[]).is_empty());
+    }
+
+    #[test]
+    fn patches_counted_per_episode_of_the_neighbours_need() {
+        use crate::{matrix, schedule};
+        let t0 = 1000.0;
+        let w = schedule::parse(
+            "idle:10@0.4,contended:3@18,rest:5@0.4,contended:2@18,rest:4@0.4,idle:10@0.4",
+        )
+        .unwrap();
+        let eps: Vec<(f64, f64)> = matrix::episodes(&w, "contended")
+            .into_iter()
+            .map(|(a, b)| (t0 + a, t0 + b))
+            .collect();
+        assert_eq!(eps, [(1010.0, 1018.0), (1018.0, 1024.0)]);
+        let r = |t: f64, old_m: u64, new_m: u64| Resize {
+            t: t0 + t,
+            pod: "benefit-svc-0/svc".into(),
+            old_m,
+            new_m,
+            why: String::new(),
+        };
+        let resizes = [
+            // The service's own raise, before any need: no episode's.
+            r(6.0, 300, 800),
+            // First episode: lowered in the need, raised in the pause.
+            r(12.0, 800, 500),
+            r(16.5, 500, 800),
+            // At the second's start: the second's; then two more there.
+            r(18.0, 800, 500),
+            r(20.0, 500, 800),
+            r(23.9, 800, 500),
+            // After the last pause: no episode's.
+            r(24.0, 500, 800),
+        ];
+        assert_eq!(patches_per_burst(&resizes, "svc", &eps), [2, 3]);
+        assert_eq!(patches_per_burst(&resizes, "svc2", &eps), [0, 0]);
     }
 
     #[test]

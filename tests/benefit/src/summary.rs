@@ -114,6 +114,13 @@ pub struct RunRow {
     pub max_patches_per_burst: usize,
     /// Each service's patches per burst, e.g. `svc:2/1;svc2:1/1`.
     pub patches_per_burst: String,
+    /// `flicker`: the episodes of the within-request neighbour's need in
+    /// the schedule (`matrix::episodes`), the most patches of one service
+    /// within one episode, and each service's patches per episode, e.g.
+    /// `svc:1/0/2/1` (0, 0 and empty in the other scenarios).
+    pub episodes: usize,
+    pub max_patches_per_episode: usize,
+    pub patches_per_episode: String,
     /// The agent began yielding a pod to another writer (a run with any is
     /// refused by the bench: it measured nothing).
     pub yields: usize,
@@ -210,6 +217,8 @@ pub fn summarise(rows: &[RunRow]) -> Value {
             "lowerings_check_unjudged": total(|r| r.lowerings_check_unjudged),
             "lowerings_checked_other": total(|r| r.lowerings_checked_other),
             "max_patches_per_burst": rs.iter().map(|r| r.max_patches_per_burst).max(),
+            "max_patches_per_episode": rs.iter().map(|r| r.max_patches_per_episode).max(),
+            "episodes": rs.iter().map(|r| r.episodes).max(),
             "yields": total(|r| r.yields),
         });
         let mut v = json!({
@@ -282,6 +291,11 @@ pub const BATCH_P99_VS_NOLIMIT_MAX: f64 = 1.0;
 pub const NO_EFFECT_MAX: f64 = 0.0;
 /// Patches of one managed pod within one burst window, in any run.
 pub const PATCHES_PER_BURST_MAX: f64 = 3.0;
+/// `flicker`: patches of one managed pod within one episode of the
+/// within-request neighbour's need (`matrix::episodes`), in any run: a
+/// lowering when the need comes and a raise when it has gone, no more
+/// (issue 47).
+pub const PATCHES_PER_EPISODE_MAX: f64 = 2.0;
 /// Lowerings made while no neighbour was displaced, in any run.
 pub const FALSE_LOWERINGS_MAX: f64 = 0.0;
 /// (e) `--dry-run`: its p99 within ±10 % of (a)'s (or its interval holds
@@ -409,7 +423,9 @@ fn ratio_of(rs: &[&RunRow], base: &[&RunRow], f: Figure) -> Option<Interval> {
 ///   most 1.1 × and its CPU over its contended phase(s) at least 0.97 × its
 ///   figure under (a); the batch neighbour's p99 at most its p99 under
 ///   (b); no run with a checked lowering that bought nothing, with more than
-///   3 patches of one service in one burst, or with a false lowering;
+///   3 patches of one service in one burst (where `parties.episodes`, the
+///   neighbour's need coming and going: more than 2 in one episode of that
+///   need), or with a false lowering;
 /// - each `--dry-run` configuration: its p99 like (a)'s.
 ///
 /// A party the scenario does not have has no goal; a figure without its
@@ -525,7 +541,22 @@ pub fn goals(rows: &[RunRow], parties: Parties) -> Vec<Goal> {
             Goal::new(c, "agent", "no_effect_lowerings", "0 lowerings that bought the pod owed nothing (`lowering checked … effect=no_effect`)".into(), Rule::EveryRunAtMost, NO_EFFECT_MAX, n)
                 .every_run(&counts(|r| r.lowerings_no_effect)),
         );
-        out.push(
+        // Where the neighbour's need comes and goes, a burst holds many
+        // episodes of it: the patches are held per episode instead.
+        out.push(if parties.episodes {
+            Goal::new(
+                c,
+                "agent",
+                "patches_per_episode",
+                "at most 2 patches of a managed pod per episode of the within-request \
+                 neighbour's need"
+                    .into(),
+                Rule::EveryRunAtMost,
+                PATCHES_PER_EPISODE_MAX,
+                n,
+            )
+            .every_run(&counts(|r| r.max_patches_per_episode))
+        } else {
             Goal::new(
                 c,
                 "agent",
@@ -535,8 +566,8 @@ pub fn goals(rows: &[RunRow], parties: Parties) -> Vec<Goal> {
                 PATCHES_PER_BURST_MAX,
                 n,
             )
-            .every_run(&counts(|r| r.max_patches_per_burst)),
-        );
+            .every_run(&counts(|r| r.max_patches_per_burst))
+        });
         out.push(
             Goal::new(
                 c,
@@ -732,6 +763,7 @@ mod tests {
         within: true,
         batch: true,
         vs_nolimit: true,
+        episodes: false,
     };
 
     /// One scenario's runs: (a), (b), (c) patching, (e) dry run, 3 each.
@@ -853,6 +885,7 @@ mod tests {
             within: true,
             batch: false,
             vs_nolimit: true,
+            episodes: false,
         };
         let g = goals(&matrix_rows("pair"), pair);
         // svc2: 13,001 against (a)'s 12,010: worse, not met.
@@ -882,6 +915,7 @@ mod tests {
             within: false,
             batch: false,
             vs_nolimit: true,
+            episodes: false,
         };
         let g = goals(&matrix_rows("alone"), alone);
         let parties: Vec<&str> = g
@@ -890,6 +924,121 @@ mod tests {
             .map(|x| x.party)
             .collect();
         assert_eq!(parties, ["svc", "svc", "agent", "agent", "agent"]);
+    }
+
+    const FLICKER: Parties = Parties {
+        svc2: false,
+        within: true,
+        batch: true,
+        vs_nolimit: false,
+        episodes: true,
+    };
+
+    /// `flicker`'s runs: `matrix_rows` with 5 episodes a run and (c) patching
+    /// each service at most twice in one.
+    fn flicker_rows() -> Vec<RunRow> {
+        matrix_rows("flicker")
+            .into_iter()
+            .map(|r| RunRow {
+                episodes: 5,
+                max_patches_per_episode: if r.agent == AGENT_PATCH { 2 } else { 0 },
+                ..r
+            })
+            .collect()
+    }
+
+    fn set_c(rows: &mut [RunRow], f: impl Fn(&mut RunRow)) {
+        for r in rows.iter_mut().filter(|r| r.config == "c-headroom") {
+            f(r);
+        }
+    }
+
+    #[test]
+    fn flicker_holds_patches_per_episode_not_per_burst() {
+        let g = goals(&flicker_rows(), FLICKER);
+        let ep = goal(&g, "c-headroom", "agent", "patches_per_episode");
+        assert_eq!((ep.met, ep.worst), (Some(true), Some(2.0)));
+        assert_eq!((ep.rule, ep.threshold), (Rule::EveryRunAtMost, 2.0));
+        assert!(g.iter().all(|x| x.id != "patches_per_burst"), "{g:#?}");
+        // A third patch in one episode of one run: not met.
+        let mut rows = flicker_rows();
+        set_c(&mut rows, |r| {
+            r.max_patches_per_episode = if r.rep == 1 { 3 } else { 1 };
+        });
+        let g = goals(&rows, FLICKER);
+        let ep = goal(&g, "c-headroom", "agent", "patches_per_episode");
+        assert_eq!((ep.met, ep.worst), (Some(false), Some(3.0)));
+        // Many patches per burst are no matter here (one burst, many
+        // episodes), and the other scenarios keep theirs per burst.
+        let mut rows = flicker_rows();
+        set_c(&mut rows, |r| r.max_patches_per_burst = 10);
+        assert_eq!(
+            goals_met(&goals(&rows, FLICKER)),
+            goals_met(&goals(&flicker_rows(), FLICKER))
+        );
+        // (c): 7 goals (batch against (b) and the no-effect lowering not
+        // met, as in `matrix_rows`), (e): 1.
+        assert_eq!(
+            goals_met(&goals(&rows, FLICKER)),
+            json!({"met": 6, "of": 8, "not_assessed": 0})
+        );
+        let g = goals(&flicker_rows(), ALL);
+        assert!(g.iter().all(|x| x.id != "patches_per_episode"));
+        // The summary keeps the worst run's count and the episodes.
+        let s = summarise_matrix(&rows, &[("flicker", FLICKER)]);
+        let c = &s["scenarios"]["flicker"]["c-headroom"];
+        assert_eq!(
+            (&c["max_patches_per_episode"], &c["episodes"]),
+            (&json!(2), &json!(5))
+        );
+        assert_eq!(s["parties"]["flicker"]["episodes"], true);
+    }
+
+    #[test]
+    fn flicker_nobody_worse_off_than_under_static() {
+        // The short node: no goal against (b) for the service; the service
+        // at most (a)'s p99, the within-request neighbour's p99 at most
+        // 1.1 × (a)'s and its CPU over its need at least 0.97 × (a)'s.
+        let g = goals(&flicker_rows(), FLICKER);
+        assert!(
+            g.iter()
+                .all(|x| x.id != "p99_vs_nolimit" || x.party == "batch")
+        );
+        let ids: Vec<(&str, &str)> = g
+            .iter()
+            .filter(|x| x.config == "c-headroom")
+            .map(|x| (x.party, x.id))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("svc", "p99_vs_static"),
+                ("within", "p99_vs_static"),
+                ("within", "usage_vs_static"),
+                ("batch", "p99_vs_nolimit"),
+                ("agent", "no_effect_lowerings"),
+                ("agent", "patches_per_episode"),
+                ("agent", "false_lowerings"),
+            ]
+        );
+        let met = |rows: &[RunRow], party: &str, id: &str| {
+            goal(&goals(rows, FLICKER), "c-headroom", party, id).met
+        };
+        // The within-request neighbour's p99 (a)'s 100, 101, 102: median
+        // 101. (c) 110–112: 111/101 = 1.099, met; 113/101 = 1.119, not.
+        let mut rows = flicker_rows();
+        set_c(&mut rows, |r| r.within_p99_ms = 110.0 + r.rep as f64);
+        assert_eq!(met(&rows, "within", "p99_vs_static"), Some(true));
+        set_c(&mut rows, |r| r.within_p99_ms = 112.0 + r.rep as f64);
+        assert_eq!(met(&rows, "within", "p99_vs_static"), Some(false));
+        // Its CPU over its episodes: 0.99 × (a)'s met, 0.95 × not.
+        assert_eq!(met(&rows, "within", "usage_vs_static"), Some(true));
+        set_c(&mut rows, |r| r.within_contended_usage_m = 142.5);
+        assert_eq!(met(&rows, "within", "usage_vs_static"), Some(false));
+        // The service: 0.3 × (a)'s p99 met; 1.06 × not.
+        assert_eq!(met(&rows, "svc", "p99_vs_static"), Some(true));
+        set_c(&mut rows, |r| r.svc_p99_ms = 10_600.0 + r.rep as f64);
+        assert_eq!(met(&rows, "svc", "p99_vs_static"), Some(false));
     }
 
     #[test]

@@ -47,7 +47,7 @@ fn table_script(dir: &Path) -> Option<Output> {
 
 fn rows() -> Vec<RunRow> {
     let mut v = Vec::new();
-    for scenario in ["mixed", "pair"] {
+    for scenario in ["mixed", "pair", "flicker"] {
         for rep in 0..2 {
             let r = rep as f64;
             let row = |config: &str, agent: &str, svc_p99: f64| RunRow {
@@ -66,7 +66,7 @@ fn rows() -> Vec<RunRow> {
                 },
                 within_p99_ms: 100.0,
                 within_contended_usage_m: 150.0,
-                batch_demand_p99_ms: if scenario == "mixed" { 900.0 } else { f64::NAN },
+                batch_demand_p99_ms: if scenario == "pair" { f64::NAN } else { 900.0 },
                 raise1_s: (agent == AGENT_PATCH).then_some(0.3),
                 ..RunRow::default()
             };
@@ -77,11 +77,11 @@ fn rows() -> Vec<RunRow> {
                 lowerings_no_effect: usize::from(scenario == "pair"),
                 max_patches_per_burst: 2,
                 svc_lowerings: 1,
-                batch_demand_p99_ms: if scenario == "mixed" {
-                    1800.0
-                } else {
-                    f64::NAN
-                },
+                batch_demand_p99_ms: if scenario == "pair" { f64::NAN } else { 1800.0 },
+                // flicker: 6 episodes; a third patch in one of them in
+                // the second repetition.
+                episodes: if scenario == "flicker" { 6 } else { 0 },
+                max_patches_per_episode: if scenario == "flicker" { 2 + rep } else { 0 },
                 ..row("c-headroom", AGENT_PATCH, 8_000.0)
             });
             v.push(row("e-dryrun", AGENT_DRY_RUN, 15_100.0));
@@ -91,7 +91,7 @@ fn rows() -> Vec<RunRow> {
 }
 
 fn write_run(dir: &Path, failed: Option<&str>) {
-    let scenarios: Vec<matrix::Scenario> = ["mixed", "pair"]
+    let scenarios: Vec<matrix::Scenario> = ["mixed", "pair", "flicker"]
         .iter()
         .map(|n| matrix::scenario(n, MixedSchedules::default()).unwrap())
         .collect();
@@ -102,7 +102,7 @@ fn write_run(dir: &Path, failed: Option<&str>) {
     let s = summary::summarise_matrix(&rows, &parties);
     std::fs::write(dir.join("summary.json"), s.to_string()).unwrap();
     let meta = json!({
-        "scenario_names": ["mixed", "pair"],
+        "scenario_names": ["mixed", "pair", "flicker"],
         "scenarios": scenarios.iter().map(|s| (s.name.to_string(), json!({"about": s.about, "parties": s.parties()}))).collect::<serde_json::Map<_, _>>(),
         "flagged": false,
         "failed": failed,
@@ -131,7 +131,13 @@ fn a_matrix_run_gets_a_table_and_goals_per_scenario_and_a_headline() {
     // pair has a second service column, mixed an unmanaged one.
     let mixed = table.split("**Scenario `pair`**").next().unwrap();
     assert!(mixed.contains("unmanaged p99 ms") && !mixed.contains("second service p99 ms"));
-    let pair = table.split("**Scenario `pair`**").nth(1).unwrap();
+    let pair = table
+        .split("**Scenario `pair`**")
+        .nth(1)
+        .unwrap()
+        .split("**Scenario `flicker`**")
+        .next()
+        .unwrap();
     assert!(pair.contains("second service p99 ms") && !pair.contains("unmanaged p99 ms"));
     // (c)'s p99 8,000 against (a)'s 15,000: met; against (b)'s 120: not.
     assert!(
@@ -147,6 +153,25 @@ fn a_matrix_run_gets_a_table_and_goals_per_scenario_and_a_headline() {
         "{pair}"
     );
     assert!(table.contains("(e) 1.01×"), "{table}");
+    // flicker: its patches per episode, as a column and a goal, in place of
+    // per burst; no goal against (b) for the service (the node is short).
+    let flicker = table.split("**Scenario `flicker`**").nth(1).unwrap();
+    assert!(
+        flicker.contains("| patches per episode (max) |")
+            && !mixed.contains("patches per episode")
+            && !pair.contains("patches per episode"),
+        "{table}"
+    );
+    assert!(
+        flicker.contains(
+            "- **at most 2 patches of a managed pod per episode of the within-request \
+             neighbour's need** (no run above 2): (c) median 2.5 [2–3], worst run 3: **not met**"
+        ),
+        "{flicker}"
+    );
+    assert!(!flicker.contains("at most 3 patches of a managed pod per burst"));
+    assert!(!flicker.contains("service's p99 within 2× of (b)"));
+    assert!(flicker.contains("within-request neighbour's p99 at most +10 % against (a)"));
     let headline = std::fs::read_to_string(dir.join("headline.md")).unwrap();
     let line = |name: &str| {
         headline
@@ -163,6 +188,12 @@ fn a_matrix_run_gets_a_table_and_goals_per_scenario_and_a_headline() {
     );
     assert!(
         line("pair").contains("(c) 0 lowerings that bought nothing"),
+        "{headline}"
+    );
+    // flicker: (c) 7 goals, (e) 1; not met: batch against (b), per episode.
+    assert!(line("flicker").contains("| 6 of 8 |"), "{headline}");
+    assert!(
+        line("flicker").contains("(c) unmanaged p99 ≤ (b); (c) ≤ 2 patches per episode |"),
         "{headline}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
