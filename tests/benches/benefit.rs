@@ -847,6 +847,25 @@ fn refuse(
     })
 }
 
+/// The patches of service `name` in each of `windows`: the most in one,
+/// and `name:n1/n2/…` for the run's line.
+fn patches_per_window(
+    resizes: &[agent_log::Resize],
+    name: &str,
+    windows: &[(f64, f64)],
+) -> (usize, String) {
+    let counts = agent_log::patches_per_burst(resizes, name, windows);
+    let line = counts
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    (
+        counts.iter().copied().max().unwrap_or(0),
+        format!("{name}:{line}"),
+    )
+}
+
 #[expect(clippy::too_many_arguments, reason = "one run's settings")]
 async fn measure(
     s: &Settings,
@@ -1088,21 +1107,10 @@ async fn measure(
         } else {
             &sc.svc
         };
-        let counts = agent_log::patches_per_burst(
-            &resizes,
-            name,
-            &abs(matrix::phase_windows(sched, "burst")),
-        );
-        max_patches_per_burst =
-            max_patches_per_burst.max(counts.iter().copied().max().unwrap_or(0));
-        per_burst.push(format!(
-            "{name}:{}",
-            counts
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("/")
-        ));
+        let windows = abs(matrix::phase_windows(sched, "burst"));
+        let (most, line) = patches_per_window(&resizes, name, &windows);
+        max_patches_per_burst = max_patches_per_burst.max(most);
+        per_burst.push(line);
     }
     // `flicker`: the patches of each service per episode of the
     // within-request neighbour's need (`matrix::episodes`: a need and the
@@ -1115,17 +1123,9 @@ async fn measure(
     let mut max_patches_per_episode = 0;
     if !episodes.is_empty() {
         for (name, _) in &managed {
-            let counts = agent_log::patches_per_burst(&resizes, name, &episodes);
-            max_patches_per_episode =
-                max_patches_per_episode.max(counts.iter().copied().max().unwrap_or(0));
-            per_episode.push(format!(
-                "{name}:{}",
-                counts
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("/")
-            ));
+            let (most, line) = patches_per_window(&resizes, name, &episodes);
+            max_patches_per_episode = max_patches_per_episode.max(most);
+            per_episode.push(line);
         }
     }
     // Every patch of a managed service, with the burst and the episode it

@@ -577,16 +577,21 @@ mod tests {
         assert_eq!((h.len(), h.opened_reads, h.kept_reads), (1, 1, 2));
     }
 
-    #[test]
-    fn handles_are_capped_and_idle_ones_closed() {
-        let t = tempfile::tempdir().unwrap();
-        let files: Vec<_> = (0..5)
+    /// `n` one-line files `f0`… under `dir`.
+    fn small_files(dir: &Path, n: usize) -> Vec<std::path::PathBuf> {
+        (0..n)
             .map(|i| {
-                let p = t.path().join(format!("f{i}"));
+                let p = dir.join(format!("f{i}"));
                 std::fs::write(&p, "1\n").unwrap();
                 p
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn handles_are_capped_and_idle_ones_closed() {
+        let t = tempfile::tempdir().unwrap();
+        let files = small_files(t.path(), 5);
         let mut h = Handles::keeping(3);
         let mut b = Buf::default();
         for p in &files {
@@ -608,13 +613,7 @@ mod tests {
     #[test]
     fn a_hot_file_takes_a_cold_files_slot() {
         let t = tempfile::tempdir().unwrap();
-        let f: Vec<_> = (0..7)
-            .map(|i| {
-                let p = t.path().join(format!("f{i}"));
-                std::fs::write(&p, "1\n").unwrap();
-                p
-            })
-            .collect();
+        let f = small_files(t.path(), 7);
         let mut h = Handles::keeping(3);
         let mut b = Buf::default();
         for p in &f[..3] {
