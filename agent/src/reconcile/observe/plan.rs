@@ -156,7 +156,7 @@ fn log_holds_ended(ended: &[HoldEnded], held: &foldhash::HashMap<&Uid, Millis>, 
             let pod = name(views.iter().find(|v| v.uid == l.uid), &l.uid);
             tracing::info!(
                 pod = %pod,
-                reason = e.why.as_str(),
+                reason = %e.why.as_str(),
                 held_m = l.to_m,
                 now_held_m = held.get(&l.uid).map_or(-1, |m| *m as i64),
                 owed = %owed,
