@@ -108,6 +108,7 @@ pinned_version() {
   mkdir -p "$crds.tmp"
   cp "$dir"/config/crd/bases/{slo.koordinator.sh_nodeslos,slo.koordinator.sh_nodemetrics,topology.node.k8s.io_noderesourcetopologies}.yaml "$crds.tmp/"
   cp "$dir/config/rbac/koordlet.yaml" "$crds.tmp/rbac-koordlet.yaml"
+  chmod -R u+w "$crds.tmp"   # the module cache is read-only
   rm -rf "$crds" && mv "$crds.tmp" "$crds"
 )
 mv "$out.tmp" "$out"
