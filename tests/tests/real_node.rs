@@ -2581,7 +2581,14 @@ impl HoldJournal {
         HoldJournal {
             claims: with("resized ")
                 .into_iter()
-                .filter(|(_, l)| l.contains("why=lower ") && l.contains("pod(s) displaced"))
+                // "0 pod(s) displaced": a lowering for what is still owed
+                // from earlier intervals, for nobody owed in this one: no
+                // claim, no check.
+                .filter(|(_, l)| {
+                    l.contains("why=lower ")
+                        && l.contains("pod(s) displaced")
+                        && !l.contains(": 0 pod(s) displaced")
+                })
                 .collect(),
             checks: with("lowering checked"),
             ends: with("lowering hold ended"),
@@ -2625,10 +2632,11 @@ impl HoldJournal {
     }
 }
 
-/// `reason=<why>` of a `lowering hold ended` line, when the agent logs one.
+/// `reason=<why>` of a `lowering hold ended` line (quoted there).
 fn hold_end_reason(line: &str) -> Option<&str> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix("reason="))
+        .map(|r| r.trim_matches('"'))
 }
 
 /// The guest's clock (epoch s), as its journal stamps lines.
@@ -2772,6 +2780,12 @@ async fn helped_hold(
         }
         let on = set_threads(node, other, "nbr", 1).await;
         let until = (Instant::now() + Duration::from_secs(40)).min(deadline);
+        // Nothing asked of the guest while the lowering is made and checked
+        // (a lowering, its apply and its check took 6–10 s in the
+        // attribution test): each `journalctl` over ssh costs the emulated
+        // guest CPU, which swings the neighbour's usage and so the bar its
+        // check must clear.
+        tokio::time::sleep(Duration::from_secs(15)).await;
         let outcome = loop {
             let j = HoldJournal::read(agent, svc_name, on).await;
             if let Some(h) = j.holding() {
@@ -2790,14 +2804,22 @@ async fn helped_hold(
                     j.ends.iter().map(|(_, l)| l).collect::<Vec<_>>()
                 );
             }
-            if Instant::now() >= until {
+            // A lowering still applying or measured (a follow-up after one
+            // that helped among them) is waited for, up to 35 s more.
+            let waited = if j.settled() {
+                until
+            } else {
+                until + Duration::from_secs(35)
+            };
+            if Instant::now() >= waited.min(deadline) {
                 break format!(
-                    "{} lowering(s) made for a displaced pod, {} checked in 40 s",
+                    "{} lowering(s) made for a displaced pod, {} checked in {:.0} s",
                     j.claims.len(),
-                    j.checks.len()
+                    j.checks.len(),
+                    guest_now(node).await - on
                 );
             }
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
         };
         eprintln!(
             "MEASURE {n} hold: try {} found no hold: {outcome}",
@@ -2828,7 +2850,8 @@ async fn helped_hold(
 ///    in the guest every 0.25 s), the hold ends within 3 s
 ///    (`reason=above_request` where logged);
 /// 3. the neighbour back at 800m, a hold again, then the neighbour deleted
-///    (grace 0): the hold ends within 3 s of its cgroup going
+///    (grace 0): the hold ends within 3 s of the deletion, so of its
+///    cgroup going too, which the kubelet removes seconds later
 ///    (`reason=owed_left`).
 #[allow(clippy::too_many_lines)]
 async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
@@ -2928,16 +2951,12 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
         above_at - fired,
         end_at - above_at
     );
-    match hold_end_reason(&end_line) {
-        Some(r) => assert_eq!(r, "above_request", "{n}: {end_line}"),
-        // Until the agent logs why, an end before the usage showed above
-        // was for something else: the sampler reads every 0.25 s.
-        None => assert!(
-            end_at >= above_at - 0.5,
-            "{n}: the hold ended {:.2} s before the neighbour's usage went above {over_m}m, not for it: {end_line}; usage: {figures}",
-            above_at - end_at
-        ),
-    }
+    assert_eq!(
+        hold_end_reason(&end_line),
+        Some("above_request"),
+        "{n}: the hold ended {:+.2} s from the neighbour's usage going above {over_m}m, for another reason: {end_line}; usage: {figures}",
+        end_at - above_at
+    );
     if end_at - above_at > bound {
         panic!(
             "{n}: the hold ended {:.2} s after the neighbour's usage went above its request (bound {bound} s, 3 ticks): {end_line}; usage: {figures}\nthe agent on svc:\n{}",
@@ -2972,7 +2991,9 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     .await
     .expect("delete the neighbour");
     let end = wait_hold_end(&agent, &svc_name, helped_at, Duration::from_secs(30)).await;
-    let until = Instant::now() + Duration::from_secs(30);
+    // The kubelet took 14–24 s to remove the cgroup of a pod deleted with
+    // grace 0 (2026-12-07).
+    let until = Instant::now() + Duration::from_secs(60);
     while !read_sampler(node, samples)
         .await
         .last()
@@ -3000,7 +3021,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     );
     let Some(gone_at) = gone_at else {
         panic!(
-            "{n}: the neighbour's cgroup {nbr_dir} was still there 30 s after its deletion (the hold ended {:.1} s after it: {end_line})",
+            "{n}: the neighbour's cgroup {nbr_dir} was still there 60 s after its deletion (the hold ended {:.1} s after it: {end_line})",
             end_at - deleted
         );
     };
@@ -3010,12 +3031,22 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
         end_at - deleted,
         end_at - gone_at
     );
-    if let Some(r) = hold_end_reason(&end_line) {
-        assert_eq!(r, "owed_left", "{n}: {end_line}");
-    }
-    if end_at - gone_at > bound {
+    assert_eq!(
+        hold_end_reason(&end_line),
+        Some("owed_left"),
+        "{n}: the hold ended {:+.2} s from the neighbour's cgroup going, for another reason: {end_line}",
+        end_at - gone_at
+    );
+    // The agent learns the pod left from its watch of the API, where a
+    // deletion with grace 0 removes it at once; the kubelet removes its
+    // cgroup seconds later. Both bounds: from the cgroup going, and from
+    // the deletion (stamped before the DELETE was sent, so the request and
+    // the watch's delivery to the agent count against it).
+    let late = (end_at - gone_at).max(end_at - deleted);
+    if late > bound {
         panic!(
-            "{n}: the hold ended {:.2} s after the neighbour's cgroup went (bound {bound} s, 3 ticks): {end_line}\nthe agent on svc:\n{}",
+            "{n}: the hold ended {:.2} s after the neighbour's deletion and {:+.2} s from its cgroup going (bound {bound} s, 3 ticks): {end_line}\nthe agent on svc:\n{}",
+            end_at - deleted,
             end_at - gone_at,
             history_of(&agent, &svc_name, helped_at - 60.0).await
         );
