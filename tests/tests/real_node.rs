@@ -1949,6 +1949,21 @@ fn switched(name: &str, node: &str, ns: &str, req: &str, lim: &str) -> Value {
     p
 }
 
+/// A [`switched`] pod whose loop keeps its busy threads running when asked
+/// for more, and adds only the new ones: `switched` kills them all and
+/// starts the count afresh, and under emulation that dipped the pod's
+/// usage for a second or two (a busy pod going from 1 to 2 threads read
+/// 400m for 2 s where it had run at 610m), which a hold for it may end on.
+fn switched_adding(name: &str, node: &str, ns: &str, req: &str, lim: &str) -> Value {
+    let script = "n=0; pids=; while :; do w=; read w < /ctl/n || continue; w=${w:-0}; \
+        if [ $w -lt $n ]; then [ -n \"$pids\" ] && kill $pids; pids=; n=0; fi; \
+        while [ $n -lt $w ]; do (while :; do :; done) & pids=\"$pids $!\"; n=$((n+1)); done; \
+        done";
+    let mut p = switched(name, node, ns, req, lim);
+    p["spec"]["containers"][0]["command"] = json!(["/bin/sh", "-c", script]);
+    p
+}
+
 fn ctl_dir(ns: &str, name: &str) -> String {
     format!("/run/headroom-test/{ns}/{name}")
 }
@@ -2736,6 +2751,38 @@ async fn wait_hold_end(
     }
 }
 
+/// For a hold that ended late: the follow-up lowering made for the owed pod
+/// between its hold's check (`helped_at`) and its end, if any, and when it
+/// was checked. A claim still applying or measured holds the pods it
+/// lowered; only one found to help is ended at once by its pod going above
+/// its request (`still_held` in agent/src/signal/contention/effect/claim.rs).
+async fn follow_up(agent: &GuestAgent<'_>, svc: &str, helped_at: f64, end_at: f64) -> String {
+    let j = HoldJournal::read(agent, svc, helped_at).await;
+    let Some((made, line)) = j.claims.iter().find(|(t, _)| *t < end_at) else {
+        return String::new();
+    };
+    let checked =
+        j.checks
+            .iter()
+            .find(|(t, _)| t > made)
+            .map_or("not checked yet".to_string(), |(t, l)| {
+                format!(
+                    "checked {:.1} s later ({})",
+                    t - made,
+                    l.split_whitespace()
+                        .find(|w| w.starts_with("effect="))
+                        .unwrap_or("?")
+                )
+            });
+    format!(
+        ", held on by a follow-up lowering made {:.1} s after the check and {checked}: {}",
+        made - helped_at,
+        line.split_whitespace()
+            .find(|w| w.starts_with("old="))
+            .map_or(line.as_str(), |_| line.split("why=").nth(1).unwrap_or(line))
+    )
+}
+
 /// Gets a hold: the neighbour `nbr` (in `other`) idle, svc raised above
 /// what it leaves it, then the neighbour's one busy thread switched on;
 /// waits until a lowering of svc made for it was checked and found to
@@ -2780,12 +2827,13 @@ async fn helped_hold(
         }
         let on = set_threads(node, other, "nbr", 1).await;
         let until = (Instant::now() + Duration::from_secs(40)).min(deadline);
-        // Nothing asked of the guest while the lowering is made and checked
+        // Little asked of the guest while the lowering is made and checked
         // (a lowering, its apply and its check took 6–10 s in the
         // attribution test): each `journalctl` over ssh costs the emulated
         // guest CPU, which swings the neighbour's usage and so the bar its
-        // check must clear.
-        tokio::time::sleep(Duration::from_secs(15)).await;
+        // check must clear. Yet the hold is wanted soon after its check: a
+        // follow-up lowering for the neighbour came 10 s after one.
+        tokio::time::sleep(Duration::from_secs(6)).await;
         let outcome = loop {
             let j = HoldJournal::read(agent, svc_name, on).await;
             if let Some(h) = j.holding() {
@@ -2819,7 +2867,7 @@ async fn helped_hold(
                     guest_now(node).await - on
                 );
             }
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            tokio::time::sleep(Duration::from_secs(2)).await;
         };
         eprintln!(
             "MEASURE {n} hold: try {} found no hold: {outcome}",
@@ -2868,7 +2916,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     let mut svc = switched("svc", n, &ns, "500m", "1000m");
     svc["metadata"]["annotations"] = json!({"headroom.dev/ceiling": "2000m"});
     create(&api, svc).await;
-    create(&nbr, switched("nbr", n, &other, "800m", "800m")).await;
+    create(&nbr, switched_adding("nbr", n, &other, "800m", "800m")).await;
     wait_running(&api, "svc", POD_START).await;
     let nbr_pod = wait_running(&nbr, "nbr", POD_START).await;
     let nbr_dir = node
@@ -2959,8 +3007,9 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     );
     if end_at - above_at > bound {
         panic!(
-            "{n}: the hold ended {:.2} s after the neighbour's usage went above its request (bound {bound} s, 3 ticks): {end_line}; usage: {figures}\nthe agent on svc:\n{}",
+            "{n}: the hold ended {:.2} s after the neighbour's usage went above its request (bound {bound} s, 3 ticks){}: {end_line}; usage: {figures}\nthe agent on svc:\n{}",
             end_at - above_at,
+            follow_up(&agent, &svc_name, helped_at, end_at).await,
             history_of(&agent, &svc_name, helped_at - 60.0).await
         );
     }
@@ -3045,9 +3094,10 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     let late = (end_at - gone_at).max(end_at - deleted);
     if late > bound {
         panic!(
-            "{n}: the hold ended {:.2} s after the neighbour's deletion and {:+.2} s from its cgroup going (bound {bound} s, 3 ticks): {end_line}\nthe agent on svc:\n{}",
+            "{n}: the hold ended {:.2} s after the neighbour's deletion and {:+.2} s from its cgroup going (bound {bound} s, 3 ticks){}: {end_line}\nthe agent on svc:\n{}",
             end_at - deleted,
             end_at - gone_at,
+            follow_up(&agent, &svc_name, helped_at, end_at).await,
             history_of(&agent, &svc_name, helped_at - 60.0).await
         );
     }
