@@ -3001,9 +3001,10 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     // How late a hold may end: 3 ticks of 1 s. The agent reads the owed
     // pod every tick while its claim holds and ends the hold in the tick
     // that reads it above its request (or gone); the first 1 s window
-    // above, here, ends no later than the first tick whose interval shows
-    // it, so the agent needs 1 tick and a scan; the rest is the issue's
-    // bound, no slack beyond it.
+    // above read here (every 0.25 s) ends within a sample of the first tick
+    // whose interval shows it (one run's hold ended 0.10 s before it), so
+    // the agent needs 1 tick and a scan; the rest is the bound, no
+    // slack beyond it.
     let bound = 3.0;
     let over_m = 800 + headroom::signal::contention::MIN_OWED_M;
 
