@@ -1949,6 +1949,21 @@ fn switched(name: &str, node: &str, ns: &str, req: &str, lim: &str) -> Value {
     p
 }
 
+/// A [`switched`] pod whose loop keeps its busy threads running when asked
+/// for more, and adds only the new ones: `switched` kills them all and
+/// starts the count afresh, and under emulation that dipped the pod's
+/// usage for a second or two (a busy pod going from 1 to 2 threads read
+/// 400m for 2 s where it had run at 610m), which a hold for it may end on.
+fn switched_adding(name: &str, node: &str, ns: &str, req: &str, lim: &str) -> Value {
+    let script = "n=0; pids=; while :; do w=; read w < /ctl/n || continue; w=${w:-0}; \
+        if [ $w -lt $n ]; then [ -n \"$pids\" ] && kill $pids; pids=; n=0; fi; \
+        while [ $n -lt $w ]; do (while :; do :; done) & pids=\"$pids $!\"; n=$((n+1)); done; \
+        done";
+    let mut p = switched(name, node, ns, req, lim);
+    p["spec"]["containers"][0]["command"] = json!(["/bin/sh", "-c", script]);
+    p
+}
+
 fn ctl_dir(ns: &str, name: &str) -> String {
     format!("/run/headroom-test/{ns}/{name}")
 }
@@ -2538,6 +2553,628 @@ async fn attribution_on(c: &RealCluster, node: &NodeVm) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_in_the_vm_lowers_only_when_a_pod_within_its_request_is_displaced() {
     on_every_node_with_agents(attribution_on).await;
+}
+
+/// What the agent's journal says of the lowerings of a managed pod (ns/name)
+/// made for pods short of CPU since some time (guest epoch s): the claims
+/// (lowerings made for a displaced pod), their checks, and the ends of
+/// their holds — each line with its time.
+struct HoldJournal {
+    claims: Vec<(f64, String)>,
+    checks: Vec<(f64, String)>,
+    ends: Vec<(f64, String)>,
+}
+
+impl HoldJournal {
+    /// One `journalctl` from `since` on: this polls every few seconds
+    /// while the owed pod's CPU is measured, and each read of the whole
+    /// journal costs the emulated guest CPU the neighbour waits for.
+    async fn read(agent: &GuestAgent<'_>, pod: &str, since: f64) -> HoldJournal {
+        let out = agent
+            .node
+            .sh(&format!(
+                "journalctl -u {} --no-pager -o short-unix --since @{} | grep 'pod={pod} '",
+                agent.unit().expect("an agent run as a unit"),
+                since.floor() as u64
+            ))
+            .await
+            .unwrap_or_default();
+        let lines: Vec<(f64, String)> = out
+            .lines()
+            .filter_map(|l| {
+                let at: f64 = l.split_whitespace().next()?.parse().ok()?;
+                (at >= since).then(|| (at, l.to_string()))
+            })
+            .collect();
+        let with = |what: &str| -> Vec<(f64, String)> {
+            lines
+                .iter()
+                .filter(|(_, l)| l.contains(what))
+                .cloned()
+                .collect()
+        };
+        HoldJournal {
+            claims: with("resized ")
+                .into_iter()
+                // "0 pod(s) displaced": a lowering for what is still owed
+                // from earlier intervals, for nobody owed in this one: no
+                // claim, no check.
+                .filter(|(_, l)| {
+                    l.contains("why=lower ")
+                        && l.contains("pod(s) displaced")
+                        && !l.contains(": 0 pod(s) displaced")
+                })
+                .collect(),
+            checks: with("lowering checked"),
+            ends: with("lowering hold ended"),
+        }
+    }
+
+    /// Every claim checked: no lowering (a follow-up among them) is still
+    /// applying or being measured.
+    fn settled(&self) -> bool {
+        self.checks.len() >= self.claims.len()
+    }
+
+    /// The check that found a lowering helped whose hold is in force now:
+    /// no claim in flight, and nothing holds the pod no more since it (a
+    /// hold that only went back up to an earlier lowering's limit, a
+    /// follow-up's undone, still holds).
+    fn holding(&self) -> Option<&(f64, String)> {
+        if !self.settled() {
+            return None;
+        }
+        let last_end = self
+            .full_ends()
+            .map(|(t, _)| *t)
+            .fold(f64::NEG_INFINITY, f64::max);
+        self.checks
+            .iter()
+            .rev()
+            .find(|(t, l)| l.contains("effect=helped") && *t > last_end)
+    }
+
+    /// Ends after which nothing holds the pod any more.
+    fn full_ends(&self) -> impl Iterator<Item = &(f64, String)> {
+        self.ends
+            .iter()
+            .filter(|(_, l)| l.contains("now_held_m=-1"))
+    }
+
+    /// The first end after `t` after which nothing holds the pod.
+    fn ended_after(&self, t: f64) -> Option<&(f64, String)> {
+        self.full_ends().find(|(at, _)| *at > t)
+    }
+}
+
+/// `reason=<why>` of a `lowering hold ended` line (quoted there).
+fn hold_end_reason(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("reason="))
+        .map(|r| r.trim_matches('"'))
+}
+
+/// The guest's clock (epoch s), as its journal stamps lines.
+async fn guest_now(node: &NodeVm) -> f64 {
+    let out = node.sh("date +%s.%N").await.expect("guest clock");
+    out.trim().parse().expect("epoch seconds")
+}
+
+/// The systemd unit [`start_sampler`] runs in the guest.
+const SAMPLER_UNIT: &str = "headroom-test-sampler";
+
+/// Starts, in the guest, a loop reading pod cgroup `dir`'s `usage_usec`
+/// every 0.25 s (stamped with the guest's clock) into `out`, for at most
+/// `secs`; it writes `<t> gone` and ends once the directory is gone. Only
+/// shell builtins in the loop: a process spawned per read took seconds
+/// under emulation (see [`cg_deltas`]). Returns once the first sample is
+/// written.
+async fn start_sampler(node: &NodeVm, dir: &str, out: &str, secs: u64) {
+    let script = r#"d=$1; exec >"$2"; end=$((EPOCHSECONDS + $3))
+f=/run/headroom-test/sampler.tick; rm -f "$f"; mkfifo "$f"; exec 9<>"$f"
+while [ "$EPOCHSECONDS" -lt "$end" ]; do
+  if [ ! -d "$d" ]; then echo "$EPOCHREALTIME gone"; exit 0; fi
+  u=; while read -r k v; do if [ "$k" = usage_usec ]; then u=$v; break; fi; done < "$d/cpu.stat"
+  echo "$EPOCHREALTIME ${u:-gone}"
+  read -t 0.25 -u 9
+done"#;
+    node.sh(&format!(
+        "systemctl stop {SAMPLER_UNIT} 2>/dev/null; systemctl reset-failed {SAMPLER_UNIT} 2>/dev/null; \
+         mkdir -p /run/headroom-test && cat > /run/headroom-test/sampler.sh <<'EOF'\n{script}\nEOF\n\
+         rm -f {out}; systemd-run --unit={SAMPLER_UNIT} --collect /bin/bash /run/headroom-test/sampler.sh {dir} {out} {secs} >/dev/null 2>&1; \
+         for i in $(seq 50); do [ -s {out} ] && break; sleep 0.1; done; [ -s {out} ]"
+    ))
+    .await
+    .expect("start the sampler");
+}
+
+/// Stops [`start_sampler`]'s loop and reads what it wrote: (time, cumulative
+/// usage µs; `None` once the cgroup is gone).
+async fn stop_sampler(node: &NodeVm, out: &str) -> Vec<(f64, Option<u64>)> {
+    let _ = node
+        .sh(&format!("systemctl stop {SAMPLER_UNIT} 2>/dev/null; true"))
+        .await;
+    read_sampler(node, out).await
+}
+
+/// What [`start_sampler`]'s loop wrote so far.
+async fn read_sampler(node: &NodeVm, out: &str) -> Vec<(f64, Option<u64>)> {
+    let text = node
+        .sh(&format!("cat {out}"))
+        .await
+        .expect("read the sampler");
+    text.lines()
+        .filter_map(|l| {
+            let (t, u) = l.split_once(' ')?;
+            Some((t.parse().ok()?, u.trim().parse().ok()))
+        })
+        .collect()
+}
+
+/// The usage (m) of each 1 s window of `samples` (the newest sample at
+/// least 1 s before each), with the window's end.
+fn usage_per_second(samples: &[(f64, Option<u64>)]) -> Vec<(f64, u64)> {
+    let read: Vec<(f64, u64)> = samples
+        .iter()
+        .filter_map(|(t, u)| u.map(|u| (*t, u)))
+        .collect();
+    read.iter()
+        .filter_map(|&(t, u)| {
+            let &(t0, u0) = read.iter().rev().find(|(t0, _)| *t0 <= t - 1.0)?;
+            Some((
+                t,
+                u.saturating_sub(u0) * 1000 / (((t - t0) * 1e6) as u64).max(1),
+            ))
+        })
+        .collect()
+}
+
+/// Waits up to `timeout` for the first end, after `helped_at`, after which
+/// nothing holds `svc` (ns/name); `None` if none came.
+async fn wait_hold_end(
+    agent: &GuestAgent<'_>,
+    svc: &str,
+    helped_at: f64,
+    timeout: Duration,
+) -> Option<(f64, String)> {
+    let until = Instant::now() + timeout;
+    loop {
+        let j = HoldJournal::read(agent, svc, helped_at).await;
+        if let Some(end) = j.ended_after(helped_at) {
+            return Some(end.clone());
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        // The journal's stamps time the end, not this poll.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    }
+}
+
+/// The time of the check whose hold is in force now, with no lowering for
+/// the neighbour (switched on at `on`) still applying or measured: waits
+/// up to 30 s for one in flight to be checked. `None`: no hold any more.
+async fn still_holding(agent: &GuestAgent<'_>, svc: &str, on: f64) -> Option<f64> {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let j = HoldJournal::read(agent, svc, on).await;
+        if let Some((at, _)) = j.holding() {
+            return Some(*at);
+        }
+        if j.settled() || Instant::now() >= until {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// A hold in force with nothing in flight, now: the one `helped_hold`
+/// found, or a new one where it ended meanwhile (a follow-up lowering came
+/// 10 s after a check, and a claim still applying or measured is not ended
+/// by its pod going above its request: `follow_up`). Its check's time and
+/// when the neighbour was switched on.
+async fn hold_now(
+    api: &Api<Pod>,
+    agent: &GuestAgent<'_>,
+    other: &str,
+    svc_name: &str,
+    (helped_at, on): (f64, f64),
+) -> (f64, f64) {
+    if let Some(at) = still_holding(agent, svc_name, on).await {
+        return (at, on);
+    }
+    eprintln!(
+        "MEASURE {} hold: ended {:.0} s after its check, before the test could use it; once more",
+        agent.node.name(),
+        guest_now(agent.node).await - helped_at
+    );
+    let (_, on) = helped_hold(
+        api,
+        agent,
+        other,
+        svc_name,
+        Instant::now() + Duration::from_secs(300),
+    )
+    .await;
+    let at = still_holding(agent, svc_name, on).await.unwrap_or_else(|| {
+        panic!(
+            "{}: a lowering of svc that helped the neighbour ended twice before the test could use it",
+            agent.node.name()
+        )
+    });
+    (at, on)
+}
+
+/// For a hold that ended late: the follow-up lowering made for the owed pod
+/// between its hold's check (`helped_at`) and its end, if any, and when it
+/// was checked. A claim still applying or measured holds the pods it
+/// lowered; only one found to help is ended at once by its pod going above
+/// its request (`still_held` in agent/src/signal/contention/effect/claim.rs).
+async fn follow_up(agent: &GuestAgent<'_>, svc: &str, helped_at: f64, end_at: f64) -> String {
+    let j = HoldJournal::read(agent, svc, helped_at).await;
+    let Some((made, line)) = j.claims.iter().find(|(t, _)| *t < end_at) else {
+        return String::new();
+    };
+    let checked =
+        j.checks
+            .iter()
+            .find(|(t, _)| t > made)
+            .map_or("not checked yet".to_string(), |(t, l)| {
+                format!(
+                    "checked {:.1} s later ({})",
+                    t - made,
+                    l.split_whitespace()
+                        .find(|w| w.starts_with("effect="))
+                        .unwrap_or("?")
+                )
+            });
+    format!(
+        ", held on by a follow-up lowering made {:.1} s after the check and {checked}: {}",
+        made - helped_at,
+        line.split_whitespace()
+            .find(|w| w.starts_with("old="))
+            .map_or(line.as_str(), |_| line.split("why=").nth(1).unwrap_or(line))
+    )
+}
+
+/// Gets a hold: the neighbour `nbr` (in `other`) idle, svc raised above
+/// what it leaves it, then the neighbour's one busy thread switched on;
+/// waits until a lowering of svc made for it was checked and found to
+/// help, with no other lowering in flight. Not every lowering helps (one
+/// may buy nothing where the node's own processes, not svc, kept the
+/// neighbour waiting, and a usage-based lowering may leave it owed nothing
+/// at all): a few tries, each after the 30 s a lowering that bought
+/// nothing blocks the pod for, until `deadline`. The check's time, and
+/// when the neighbour was switched on.
+async fn helped_hold(
+    api: &Api<Pod>,
+    agent: &GuestAgent<'_>,
+    other: &str,
+    svc_name: &str,
+    deadline: Instant,
+) -> (f64, f64) {
+    let node = agent.node;
+    let n = node.name();
+    let mut tries = Vec::new();
+    let first = guest_now(node).await;
+    loop {
+        set_threads(node, other, "nbr", 0).await;
+        let blocked_until = HoldJournal::read(agent, svc_name, first)
+            .await
+            .checks
+            .iter()
+            .filter(|(_, l)| l.contains("effect=no_effect") || l.contains("effect=unjudged"))
+            .map(|(t, _)| t + headroom::signal::contention::effect::BLOCK_BASE.as_secs_f64())
+            .fold(f64::NEG_INFINITY, f64::max);
+        wait_pod(
+            api,
+            agent,
+            "svc",
+            "raise to 1500m+ beside the idle neighbour",
+            Duration::from_secs(120),
+            |p| app_limit_m(p).is_some_and(|m| m >= 1500),
+        )
+        .await;
+        applied(api, agent, "svc").await;
+        let wait = blocked_until - guest_now(node).await;
+        if wait > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+        }
+        let on = set_threads(node, other, "nbr", 1).await;
+        // No lowering made for it within 25 s: the node had idle CPU beside
+        // its wait (owed nothing) and svc followed the slack; the next try
+        // costs no block. The lowerings that helped were made 1–30 s after.
+        let until = (Instant::now() + Duration::from_secs(25)).min(deadline);
+        // Little asked of the guest while the lowering is made and checked
+        // (a lowering, its apply and its check took 6–10 s in the
+        // attribution test): each `journalctl` over ssh costs the emulated
+        // guest CPU, which swings the neighbour's usage and so the bar its
+        // check must clear. Yet the hold is wanted soon after its check: a
+        // follow-up lowering for the neighbour came 10 s after one.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let outcome = loop {
+            let j = HoldJournal::read(agent, svc_name, on).await;
+            if let Some(h) = j.holding() {
+                eprintln!(
+                    "MEASURE {n} hold: a lowering helped {:.1} s after the neighbour was switched on (try {}): {}",
+                    h.0 - on,
+                    tries.len() + 1,
+                    h.1
+                );
+                return (h.0, on);
+            }
+            if !j.claims.is_empty() && j.settled() {
+                break format!(
+                    "every lowering checked, none holding: {:?}; ends: {:?}",
+                    j.checks.iter().map(|(_, l)| l).collect::<Vec<_>>(),
+                    j.ends.iter().map(|(_, l)| l).collect::<Vec<_>>()
+                );
+            }
+            // A lowering still applying or measured (a follow-up after one
+            // that helped among them) is waited for, up to 35 s more.
+            let waited = if j.settled() {
+                until
+            } else {
+                until + Duration::from_secs(35)
+            };
+            if Instant::now() >= waited.min(deadline) {
+                break format!(
+                    "{} lowering(s) made for a displaced pod, {} checked in {:.0} s",
+                    j.claims.len(),
+                    j.checks.len(),
+                    guest_now(node).await - on
+                );
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        };
+        eprintln!(
+            "MEASURE {n} hold: try {} found no hold: {outcome}",
+            tries.len() + 1
+        );
+        tries.push(outcome);
+        if Instant::now() + Duration::from_secs(70) > deadline {
+            panic!(
+                "{n}: no lowering of svc for the neighbour held in {} tries: {tries:?}\nthe agent on svc:\n{}",
+                tries.len(),
+                history_of(agent, svc_name, first).await
+            );
+        }
+    }
+}
+
+/// Issue 47: a lowering that helped stops holding within 3 ticks (1 s
+/// each) of its owed pod going above its request, and of it leaving the
+/// node. One node, the agent at its defaults but a 5 s raise cooldown (svc
+/// is raised before each hold; the cooldown plays no part in a hold's
+/// end):
+/// 1. a managed svc (request 500m, ceiling 2000m, 4 busy threads) raised
+///    beside an idle unmanaged neighbour (800m/800m, another namespace);
+///    the neighbour's one busy thread switched on: displaced within its
+///    request, svc lowered for it, the lowering found to help (tries);
+/// 2. the neighbour's limit raised to 1600m through `resize` and 2 threads:
+///    from the first 1 s window its usage is above its request + 50m (read
+///    in the guest every 0.25 s), the hold ends within 3 s
+///    (`reason=above_request` where logged);
+/// 3. the neighbour back at 800m, a hold again, then the neighbour deleted
+///    (grace 0): the hold ends within 3 s of the deletion, so of its
+///    cgroup going too, which the kubelet removes seconds later
+///    (`reason=owed_left`).
+#[allow(clippy::too_many_lines)]
+async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
+    let start = Instant::now();
+    let client = c.cp.client().await;
+    let n = node.name();
+    let ns = c.cp.namespace(&format!("hold-{n}")).await;
+    let other = c.cp.namespace(&format!("owed-{n}")).await;
+    opt_in(&client, &ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let nbr: Api<Pod> = Api::namespaced(client.clone(), &other);
+    make_ctl(node, &ns, "svc").await;
+    make_ctl(node, &other, "nbr").await;
+    let mut svc = switched("svc", n, &ns, "500m", "1000m");
+    svc["metadata"]["annotations"] = json!({"headroom.dev/ceiling": "2000m"});
+    create(&api, svc).await;
+    create(&nbr, switched_adding("nbr", n, &other, "800m", "800m")).await;
+    wait_running(&api, "svc", POD_START).await;
+    let nbr_pod = wait_running(&nbr, "nbr", POD_START).await;
+    let nbr_dir = node
+        .pod_cgroup(nbr_pod.metadata.uid.as_deref().expect("uid"))
+        .await
+        .expect("pod cgroup");
+    let up = start.elapsed().as_secs_f64();
+    let agent = GuestAgent::start(
+        node,
+        &[
+            "--tick".into(),
+            "1s".into(),
+            "--raise-cooldown".into(),
+            "5s".into(),
+            "--drift-grace".into(),
+            "180s".into(),
+        ],
+    )
+    .await
+    .expect("agent starts");
+    let svc_name = format!("{ns}/svc");
+    set_threads(node, &ns, "svc", 4).await;
+    let samples = "/run/headroom-test/nbr-usage";
+    // How late a hold may end: 3 ticks of 1 s. The agent reads the owed
+    // pod every tick while its claim holds and ends the hold in the tick
+    // that reads it above its request (or gone); the first 1 s window
+    // above read here (every 0.25 s) ends within a sample of the first tick
+    // whose interval shows it (one run's hold ended 0.10 s before it), so
+    // the agent needs 1 tick and a scan; the rest is the issue's bound, no
+    // slack beyond it.
+    let bound = 3.0;
+    let over_m = 800 + headroom::signal::contention::MIN_OWED_M;
+
+    // 1.–2. A hold, then the neighbour above its request.
+    let found = helped_hold(
+        &api,
+        &agent,
+        &other,
+        &svc_name,
+        Instant::now() + Duration::from_secs(300),
+    )
+    .await;
+    let (helped_at, _) = hold_now(&api, &agent, &other, &svc_name, found).await;
+    start_sampler(node, &nbr_dir, samples, 90).await;
+    let fired = guest_now(node).await;
+    resize(&nbr, "nbr", &limit_patch(1600), false)
+        .await
+        .expect("resize the neighbour to 1600m");
+    set_threads(node, &other, "nbr", 2).await;
+    let end = wait_hold_end(&agent, &svc_name, helped_at, Duration::from_secs(60)).await;
+    // Two more seconds of its usage after the end, for the figures.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let usage = usage_per_second(&stop_sampler(node, samples).await);
+    let above = usage.iter().find(|(_, m)| *m > over_m).copied();
+    let figures = usage
+        .iter()
+        .map(|(t, m)| format!("{:+.2}s {m}m", t - fired))
+        .collect::<Vec<_>>()
+        .join(", ");
+    eprintln!(
+        "MEASURE {n} above request: the neighbour's usage per 1 s window from the resize: {figures}"
+    );
+    let Some((end_at, end_line)) = end else {
+        panic!(
+            "{n}: the hold never ended within 60 s of the neighbour's resize to 1600m (first 1 s above {over_m}m: {above:?}); usage: {figures}\nthe agent on svc:\n{}",
+            history_of(&agent, &svc_name, helped_at - 60.0).await
+        );
+    };
+    assert!(
+        end_at >= fired,
+        "{n}: the hold ended {:.1} s before the neighbour was resized, not for it: {end_line}",
+        fired - end_at
+    );
+    let Some((above_at, above_m)) = above else {
+        panic!(
+            "{n}: the neighbour never used above its request + {}m ({over_m}m) at a 1600m limit with 2 threads (the node full); its usage per 1 s: {figures}; the hold ended anyway: {end_line}",
+            headroom::signal::contention::MIN_OWED_M
+        );
+    };
+    eprintln!(
+        "MEASURE {n} above request: first 1 s above {over_m}m ({above_m}m) {:.2} s after the resize; hold ended {:.2} s after that: {end_line}",
+        above_at - fired,
+        end_at - above_at
+    );
+    assert_eq!(
+        hold_end_reason(&end_line),
+        Some("above_request"),
+        "{n}: the hold ended {:+.2} s from the neighbour's usage going above {over_m}m, for another reason: {end_line}; usage: {figures}",
+        end_at - above_at
+    );
+    if end_at - above_at > bound {
+        panic!(
+            "{n}: the hold ended {:.2} s after the neighbour's usage went above its request (bound {bound} s, 3 ticks){}: {end_line}; usage: {figures}\nthe agent on svc:\n{}",
+            end_at - above_at,
+            follow_up(&agent, &svc_name, helped_at, end_at).await,
+            history_of(&agent, &svc_name, helped_at - 60.0).await
+        );
+    }
+
+    // 3. Back within its request, a hold again; then the neighbour leaves.
+    set_threads(node, &other, "nbr", 0).await;
+    resize(&nbr, "nbr", &limit_patch(800), false)
+        .await
+        .expect("resize the neighbour back to 800m");
+    applied(&nbr, &agent, "nbr").await;
+    let found = helped_hold(
+        &api,
+        &agent,
+        &other,
+        &svc_name,
+        Instant::now() + Duration::from_secs(300),
+    )
+    .await;
+    let (helped_at, _) = hold_now(&api, &agent, &other, &svc_name, found).await;
+    start_sampler(node, &nbr_dir, samples, 90).await;
+    let deleted = guest_now(node).await;
+    nbr.delete(
+        "nbr",
+        &kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("delete the neighbour");
+    let end = wait_hold_end(&agent, &svc_name, helped_at, Duration::from_secs(30)).await;
+    // The kubelet took 14–24 s to remove the cgroup of a pod deleted with
+    // grace 0 (2026-12-07).
+    let until = Instant::now() + Duration::from_secs(60);
+    while !read_sampler(node, samples)
+        .await
+        .last()
+        .is_some_and(|(_, u)| u.is_none())
+        && Instant::now() < until
+    {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let samples_read = stop_sampler(node, samples).await;
+    let gone_at = samples_read
+        .iter()
+        .find(|(_, u)| u.is_none())
+        .map(|(t, _)| *t);
+    let Some((end_at, end_line)) = end else {
+        panic!(
+            "{n}: the hold never ended within 30 s of the neighbour's deletion (its cgroup gone {:?} s after)\nthe agent on svc:\n{}",
+            gone_at.map(|g| g - deleted),
+            history_of(&agent, &svc_name, helped_at - 60.0).await
+        );
+    };
+    assert!(
+        end_at >= deleted,
+        "{n}: the hold ended {:.1} s before the neighbour was deleted, not for it: {end_line}",
+        deleted - end_at
+    );
+    let Some(gone_at) = gone_at else {
+        panic!(
+            "{n}: the neighbour's cgroup {nbr_dir} was still there 60 s after its deletion (the hold ended {:.1} s after it: {end_line})",
+            end_at - deleted
+        );
+    };
+    eprintln!(
+        "MEASURE {n} owed pod left: cgroup gone {:.2} s after the delete, hold ended {:.2} s after the delete ({:+.2} s from the cgroup going): {end_line}",
+        gone_at - deleted,
+        end_at - deleted,
+        end_at - gone_at
+    );
+    assert_eq!(
+        hold_end_reason(&end_line),
+        Some("owed_left"),
+        "{n}: the hold ended {:+.2} s from the neighbour's cgroup going, for another reason: {end_line}",
+        end_at - gone_at
+    );
+    // The agent learns the pod left from its watch of the API, where a
+    // deletion with grace 0 removes it at once; the kubelet removes its
+    // cgroup seconds later. Both bounds: from the cgroup going, and from
+    // the deletion (stamped before the DELETE was sent, so the request and
+    // the watch's delivery to the agent count against it).
+    let late = (end_at - gone_at).max(end_at - deleted);
+    if late > bound {
+        panic!(
+            "{n}: the hold ended {:.2} s after the neighbour's deletion and {:+.2} s from its cgroup going (bound {bound} s, 3 ticks){}: {end_line}\nthe agent on svc:\n{}",
+            end_at - deleted,
+            end_at - gone_at,
+            follow_up(&agent, &svc_name, helped_at, end_at).await,
+            history_of(&agent, &svc_name, helped_at - 60.0).await
+        );
+    }
+    agent.stop().await.expect("agent stops");
+    cleanup(&client, &[ns.as_str(), other.as_str()]).await;
+    let _ = node.sh("rm -rf /run/headroom-test").await;
+    eprintln!(
+        "MEASURE {n} hold ends: pods up in {up:.0} s, scenario done in {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lowering_that_helped_stops_holding_within_3_ticks_once_its_owed_pod_leaves_or_goes_above_its_request()
+ {
+    on_every_node_with_agents(hold_end_on).await;
 }
 
 /// Drift grace of the drift scenario: nothing is resized there, so no kubelet
