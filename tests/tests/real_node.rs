@@ -2647,7 +2647,8 @@ impl HoldJournal {
     }
 }
 
-/// `reason=<why>` of a `lowering hold ended` line (quoted there).
+/// `reason=<why>` of a `lowering hold ended` line (agents before 1c4a4bc
+/// quoted it).
 fn hold_end_reason(line: &str) -> Option<&str> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix("reason="))
