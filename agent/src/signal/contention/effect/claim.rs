@@ -79,9 +79,17 @@ impl Claim {
         // writer resized shows that writer's: neither measures the lowering,
         // and a hold has nothing left to hold.
         let released = self.lowered.iter().any(|l| (at.lowered_released)(&l.uid));
+        // Above its request before the check is done: owed nothing, and an
+        // after window with it there measures its new need, not the
+        // lowering (on the 6.12 node, 2026-12-07, a follow-up was judged
+        // helped on +506m its own limit's raise gave it).
+        let above_request = s.is_some_and(|s| s.usage_m > self.request_m + MIN_OWED_M);
         match &mut self.stage {
             Stage::Applying { .. } | Stage::Measuring { .. } if released => {
                 Next::Judged(self.judged(owed, Effect::Unjudged, None, 0))
+            }
+            Stage::Applying { .. } | Stage::Measuring { .. } if above_request => {
+                Next::Judged(self.judged(owed, Effect::NeedChanged, s, 0))
             }
             Stage::Helped { .. } if released => Next::LetGo(HoldEnd::Released),
             Stage::Applying { .. } => {

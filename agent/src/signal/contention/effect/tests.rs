@@ -327,8 +327,9 @@ fn a_pod_that_stopped_asking_is_not_credited_nor_held_nor_blocked() {
 #[test]
 fn a_pod_whose_need_grew_beyond_its_wait_is_need_changed() {
     let mut c = applied();
-    // +400m used: more than the 250m it waited for (+62m).
-    let j = verdict(&mut c, sample(900, 0), sample(900, 0));
+    // +340m used: more than the 250m it waited for (+62m), still within
+    // its 800m request (+50m; above it ends the claim at once).
+    let j = verdict(&mut c, sample(840, 0), sample(840, 0));
     assert_eq!(j.effect, Effect::NeedChanged);
     // +300m, within what it waited for and the bar: the CPU it was owed.
     let mut c = applied();
@@ -511,6 +512,25 @@ fn a_hold_ends_as_soon_as_the_owed_pod_is_above_its_request() {
         [(HoldEnd::AboveRequest, svc(1900, 1650))]
     );
     assert!(!c.has(&steady()));
+    assert!(c.holds().is_empty());
+}
+
+/// Above its request before the check is done, the owed pod is owed
+/// nothing and its after window would measure its own new need: the claim
+/// ends need changed, at once, its hold with it.
+#[test]
+fn a_claim_whose_owed_pod_goes_above_its_request_before_the_check_is_need_changed() {
+    // While the kubelet applies the lowering...
+    let mut c = opened();
+    let j = step(&mut c, 1, sample(860, 0));
+    assert_eq!(j[0].effect, Effect::NeedChanged);
+    assert!(c.holds().is_empty());
+    // ...and while it is measured (one after-interval read at 3 s).
+    let mut c = applied();
+    assert!(step(&mut c, 3, sample(720, 30)).is_empty());
+    let out = stepped(&mut c, 4, 0, "", sample(1300, 0));
+    assert_eq!(out.judged[0].effect, Effect::NeedChanged);
+    assert_eq!(out.ended[0].why, HoldEnd::NeedChanged);
     assert!(c.holds().is_empty());
 }
 
