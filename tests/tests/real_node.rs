@@ -3173,6 +3173,10 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "full-tier"),
+    ignore = "scripts/test --full until it passes reliably: it failed in the cold CI of 53fe26a (docs/development.md)"
+)]
 async fn a_lowering_that_helped_stops_holding_within_3_ticks_once_its_owed_pod_leaves_or_goes_above_its_request()
  {
     on_every_node_with_agents(hold_end_on).await;
