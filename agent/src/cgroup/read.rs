@@ -385,15 +385,10 @@ pub fn raise_fd_limit() -> nix::Result<(u64, u64)> {
 /// Half the soft `RLIMIT_NOFILE`, at most 4096 (the rest stays for sockets
 /// and one-off reads); 512 when it cannot be read.
 pub fn fd_budget() -> usize {
-    let soft = std::fs::read_to_string("/proc/self/limits")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Max open files"))
-                .and_then(|l| l.split_whitespace().nth(3).map(str::to_owned))
-        })
-        .and_then(|v| v.parse::<usize>().ok());
-    soft.map_or(512, |s| (s / 2).min(4096))
+    use nix::sys::resource::{Resource, getrlimit};
+    getrlimit(Resource::RLIMIT_NOFILE).map_or(512, |(soft, _)| {
+        usize::try_from(soft / 2).unwrap_or(usize::MAX).min(4096)
+    })
 }
 
 /// [`read_into`] with a buffer of its own, for one-off reads.
