@@ -145,14 +145,17 @@ pub fn lowering_label(e: Bought) -> LoweringEffect {
 }
 
 /// What a checked lowering means for one pod it lowered (`lowered`): a
-/// log line, an Event, and when it bought nothing its undoing — the raise
+/// log line, an Event, and when it bought nothing, or its owed pod stopped
+/// asking ([`Judged::stopped_asking`]), its undoing — the raise
 /// cooldown waived, so the limit the lowering took comes back at the next
 /// round rather than 15 s or more later (the cooldown guards a raise
 /// against a neighbour that needs the CPU; this one was shown not to).
-/// The waiver is for the first such lowering in a row for the same owed
-/// pod (`Judged::strikes`): after that the raise cooldown, with its
-/// backoff, stands, and the owed pod's block doubles, so a lower–undo loop
-/// slows down rather than repeats at the tick rate.
+/// For a lowering that bought nothing the waiver is for the first such
+/// lowering in a row for the same owed pod (`Judged::strikes`): after that
+/// the raise cooldown, with its backoff, stands, and the owed pod's block
+/// doubles, so a lower–undo loop slows down rather than repeats at the
+/// tick rate. A pod that stopped asking is not blocked: its next episode
+/// of need is a new one.
 pub fn on_lowering_checked(
     records: &mut Records,
     j: &Judged,
@@ -207,11 +210,28 @@ pub fn on_lowering_checked(
                 ),
             });
         }
+        Bought::NeedChanged if j.stopped_asking() => {
+            // Every time, not the first in a row only: each needs a new
+            // episode of the owed pod's need past the owed threshold, a
+            // lowering for it, its apply and a check — two patches per
+            // episode at most — and nothing is blocked.
+            if let Some(r) = records.get_mut(&lowered.uid) {
+                r.waive_raise_cooldown(now.as_secs_f64(), cfg);
+            }
+            out.push(Effect::Event {
+                type_: EventType::Normal,
+                reason: REASON_LOWERING_NEED_CHANGED,
+                note: format!(
+                    "lowering {}m→{}m for {owed}: it stopped asking meanwhile ({figures}); undone",
+                    lowered.from_m, lowered.to_m
+                ),
+            });
+        }
         Bought::NeedChanged => out.push(Effect::Event {
             type_: EventType::Normal,
             reason: REASON_LOWERING_NEED_CHANGED,
             note: format!(
-                "lowering {}m→{}m for {owed}: its own need changed meanwhile ({figures}); not held",
+                "lowering {}m→{}m for {owed}: it asked for more meanwhile ({figures}); not held",
                 lowered.from_m, lowered.to_m
             ),
         }),

@@ -614,6 +614,44 @@ async fn a_lowering_that_bought_nothing_is_undone_at_once_and_not_repeated() {
     );
 }
 
+/// The neighbour's need ends while the lowering made for it is checked (it
+/// used 500m and waited 300m before; 0 after): it stopped asking, so the
+/// 300m taken from web has nobody to go to — undone at once, as one that
+/// bought nothing is, though the raise cooldown (60 s here) has not passed.
+/// Without the undo web stays at 100m until the cooldown and the next
+/// episode of the neighbour's need lowers it from there (the ratchet of
+/// the benefit bench's `flicker`).
+#[tokio::test]
+async fn a_lowering_whose_owed_pod_stopped_asking_is_undone_at_once() {
+    let (mut h, nbr_dir, [mut kp, mut web, mut nbr]) = lowered_for_the_neighbour().await;
+    let lowered = h.resizes().len();
+    // The neighbour's 500m is idle now; web is held at its 100m.
+    h.busy_m = 3100;
+    h.script([Reply::Applied { generation: 4 }]);
+    let mut undone_at = None;
+    for t in 1..=20 {
+        kp.second(&h.kubepods, 0, 0, 0);
+        web.second(&h.pod_dir, 100, 0, 0);
+        nbr.second(&nbr_dir, 0, 0, 0);
+        h.tick().await;
+        if undone_at.is_none() && h.resizes().len() > lowered {
+            undone_at = Some(t);
+        }
+    }
+    let t = undone_at.expect("undone within 20 s, the cooldown 60 s");
+    assert!(t <= 5, "undone {t} s after the kubelet applied it");
+    assert_eq!(h.resizes().len(), lowered + 1, "{:?}", h.resizes());
+    assert_eq!(h.resizes().last().map(|r| r.attempted_m), Some(400));
+    assert_eq!(h.metric(LOWERINGS, &[("effect", "need_changed")]), 1.0);
+    let notes: Vec<_> = h
+        .events()
+        .into_iter()
+        .filter(|e| e.1 == crate::kube::events::REASON_LOWERING_NEED_CHANGED)
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].2.contains("stopped asking"), "{notes:?}");
+}
+
 /// The lowering let the neighbour run (800m, no wait): it helped, and the
 /// CPU it bought stays with the neighbour while it runs — no raise back at
 /// the cooldown, however much slack the usage shows, while the idle CPU is

@@ -314,6 +314,7 @@ fn a_pod_that_stopped_asking_is_not_credited_nor_held_nor_blocked() {
     let mut c = applied();
     let j = verdict(&mut c, sample(90, 0), sample(86, 0));
     assert_eq!(j.effect, Effect::NeedChanged);
+    assert!(j.stopped_asking(), "the caller undoes it: {j:?}");
     assert!(j.wait_fell_m() >= 62, "its wait fell, yet no help");
     assert!(!c.has(&steady()));
     assert!(c.holds().is_empty());
@@ -331,6 +332,7 @@ fn a_pod_whose_need_grew_beyond_its_wait_is_need_changed() {
     // its 800m request (+50m; above it ends the claim at once).
     let j = verdict(&mut c, sample(840, 0), sample(840, 0));
     assert_eq!(j.effect, Effect::NeedChanged);
+    assert!(!j.stopped_asking(), "it asks for more: not undone");
     // +300m, within what it waited for and the bar: the CPU it was owed.
     let mut c = applied();
     assert_eq!(

@@ -79,6 +79,16 @@ impl Judged {
             .map_or(0, |a| a.usage_m as i64 - self.before.usage_m as i64)
     }
 
+    /// Whether the owed pod stopped asking: its own need ended inside the
+    /// check ([`Effect::NeedChanged`] with its usage fallen). Whatever the
+    /// lowering did, the CPU it took has nobody to go to now: it is given
+    /// back as one that bought nothing is, or a come-and-go neighbour
+    /// ratchets the managed pod down one lowering per episode of its need
+    /// (benefit bench, `flicker`, 2026-12-07: 800m → 240m in 34 s).
+    pub fn stopped_asking(&self) -> bool {
+        self.effect == Effect::NeedChanged && self.gained_m() < 0
+    }
+
     /// Fall of its wait, millicores (may be negative).
     pub fn wait_fell_m(&self) -> i64 {
         self.after
