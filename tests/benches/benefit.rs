@@ -41,7 +41,7 @@
 //!   and the pause after it is one *episode*; the agent's patches of the
 //!   service are counted per episode, not per burst.
 //!
-//! The configurations (default `a-static,b-nolimit,c-headroom,e-dryrun`,
+//! The configurations (default `a-static,b-nolimit,c-headroom,d-burst,e-dryrun`,
 //! plus any `BENEFIT_TUNED` candidates; `BENEFIT_CONFIGS` names others):
 //!
 //! - `a-static`: the tight limit as declared;
@@ -138,10 +138,10 @@
 //!
 //! Wall time: a run is ~100 s (80 s of schedule, 4 s lead-in, up to 15 s of
 //! drain, set-up; a `pair` run ~20 s more for its second pod), so the full
-//! matrix, 5 scenarios × 4 configurations × 3 repetitions = 60 runs, is
-//! ~105 min (48 runs without `flicker` took 1 h 23 min on 2026-12-06),
-//! plus ~1 min of VM boot and pod setup; `BENEFIT_MATRIX=quick` (20 runs)
-//! ~36 min; (k) adds 15 runs (~27 min), 5
+//! matrix, 5 scenarios × 5 configurations × 3 repetitions = 75 runs, is
+//! ~130 min (48 runs of 4 configurations without `flicker` took 1 h 23 min
+//! on 2026-12-06), plus ~1 min of VM boot and pod setup;
+//! `BENEFIT_MATRIX=quick` (25 runs) ~45 min; (k) adds 15 runs (~27 min), 5
 //! (~9 min) to the quick one. `flicker` adds 12 runs (~20 min) to the full matrix, 4 (~7
 //! min) to the quick one; `BENEFIT_SCENARIOS` leaves it out.
 //!
@@ -270,10 +270,11 @@ impl Config {
         Config::Koordlet,
     ];
     /// Run when `BENEFIT_CONFIGS` is unset (with any tuning candidates).
-    const DEFAULT: [Config; 4] = [
+    const DEFAULT: [Config; 5] = [
         Config::Static,
         Config::NoLimit,
         Config::Headroom,
+        Config::Burst,
         Config::DryRun,
     ];
     fn name(self) -> &'static str {
