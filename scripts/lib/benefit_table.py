@@ -40,6 +40,7 @@ LABELS = {
     "d-burst": "(d) cpu.max.burst",
     "e-dryrun": "(e) Headroom --dry-run",
     "f-declared": "(f) Headroom --floor declared",
+    "k-koordlet": "(k) koordlet CPU Burst auto",
 }
 LONG = {"c-headroom": ", default (`floor = request`)"}
 

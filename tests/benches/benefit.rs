@@ -41,8 +41,8 @@
 //!   and the pause after it is one *episode*; the agent's patches of the
 //!   service are counted per episode, not per burst.
 //!
-//! The configurations (default `a-static,b-nolimit,c-headroom,e-dryrun`, plus
-//! any `BENEFIT_TUNED` candidates; `BENEFIT_CONFIGS` names others):
+//! The configurations (default `a-static,b-nolimit,c-headroom,d-burst,e-dryrun`,
+//! plus any `BENEFIT_TUNED` candidates; `BENEFIT_CONFIGS` names others):
 //!
 //! - `a-static`: the tight limit as declared;
 //! - `b-nolimit`: the limit resized to the node's CPUs (CFS can never give
@@ -53,6 +53,17 @@
 //! - `e-dryrun`: the agent with `--dry-run` (its own overhead, no patch);
 //! - `f-declared`: the agent with `--floor declared` (never lowers the
 //!   service below its declared 300m);
+//! - `k-koordlet`: Koordinator's koordlet (`benefit::koordlet`, built by
+//!   tests/koordlet/build.sh) as a transient unit in the guest with CPU
+//!   Burst `auto` from a hand-written NodeSLO (its CRDs and RBAC applied,
+//!   a token of its ServiceAccount), no Headroom; started fresh for each run
+//!   once the bench has reset the limit, stopped after, its writes undone
+//!   (`cpu.max.burst` 0, `cpu.max` as the kubelet left it). Its
+//!   `cpuBurstPercent` is the default 1000 unless the guest's kernel refuses
+//!   that burst (it does: above the quota, EINVAL), then the highest it
+//!   takes (100). **A (k) run in which koordlet wrote nothing to the
+//!   service's cgroups while the service was throttled fails the bench**
+//!   (`benefit::koordlet::refusal`);
 //! - tuning candidates named in `BENEFIT_TUNED`: the agent with the flags
 //!   given, e.g. `BENEFIT_TUNED='g-cool15=--raise-cooldown 15s;h-window2=--contention-window 2s'`.
 //!
@@ -127,10 +138,11 @@
 //!
 //! Wall time: a run is ~100 s (80 s of schedule, 4 s lead-in, up to 15 s of
 //! drain, set-up; a `pair` run ~20 s more for its second pod), so the full
-//! matrix, 5 scenarios × 4 configurations × 3 repetitions = 60 runs, is
-//! ~105 min (48 runs without `flicker` took 1 h 23 min on 2026-12-06),
-//! plus ~1 min of VM boot and pod setup; `BENEFIT_MATRIX=quick` (20 runs)
-//! ~36 min. `flicker` adds 12 runs (~20 min) to the full matrix, 4 (~7
+//! matrix, 5 scenarios × 5 configurations × 3 repetitions = 75 runs, is
+//! ~130 min (48 runs of 4 configurations without `flicker` took 1 h 23 min
+//! on 2026-12-06), plus ~1 min of VM boot and pod setup;
+//! `BENEFIT_MATRIX=quick` (25 runs) ~45 min; (k) adds 15 runs (~27 min), 5
+//! (~9 min) to the quick one. `flicker` adds 12 runs (~20 min) to the full matrix, 4 (~7
 //! min) to the quick one; `BENEFIT_SCENARIOS` leaves it out.
 //!
 //! Run by `scripts/benefit` (which builds the static service and load
@@ -206,6 +218,8 @@ enum Config {
     Burst,
     DryRun,
     Declared,
+    /// Koordinator's koordlet, CPU Burst `auto` (`benefit::koordlet`).
+    Koordlet,
     /// A tuning candidate from `BENEFIT_TUNED` (leaked: it lives as long as
     /// the bench, and keeps `Config` `Copy`).
     Tuned(&'static Tuned),
@@ -246,19 +260,21 @@ fn parse_tuned(spec: &str) -> anyhow::Result<Vec<Tuned>> {
 }
 
 impl Config {
-    const ALL: [Config; 6] = [
+    const ALL: [Config; 7] = [
         Config::Static,
         Config::NoLimit,
         Config::Headroom,
         Config::Burst,
         Config::DryRun,
         Config::Declared,
+        Config::Koordlet,
     ];
     /// Run when `BENEFIT_CONFIGS` is unset (with any tuning candidates).
-    const DEFAULT: [Config; 4] = [
+    const DEFAULT: [Config; 5] = [
         Config::Static,
         Config::NoLimit,
         Config::Headroom,
+        Config::Burst,
         Config::DryRun,
     ];
     fn name(self) -> &'static str {
@@ -269,6 +285,7 @@ impl Config {
             Config::Burst => "d-burst",
             Config::DryRun => "e-dryrun",
             Config::Declared => "f-declared",
+            Config::Koordlet => "k-koordlet",
             Config::Tuned(t) => &t.name,
         }
     }
@@ -278,7 +295,7 @@ impl Config {
             Config::DryRun => Some(vec!["--dry-run".into()]),
             Config::Declared => Some(vec!["--floor".into(), "declared".into()]),
             Config::Tuned(t) => Some(t.args.clone()),
-            Config::Static | Config::NoLimit | Config::Burst => None,
+            Config::Static | Config::NoLimit | Config::Burst | Config::Koordlet => None,
         }
     }
     /// `summary::AGENT_*`: no agent, one that patches, one in `--dry-run`.
@@ -638,6 +655,302 @@ async fn set_burst(node: &NodeVm, svc: &Target, us: u64) -> anyhow::Result<Strin
     .map(|s| s.trim().to_string())
 }
 
+/// Configuration (k)'s set-up on the bench's cluster (once, when (k) runs):
+/// what meta.json records of it.
+#[derive(Debug, serde::Serialize)]
+struct KoordletSetup {
+    version: &'static str,
+    flags: Vec<String>,
+    /// `cpuBurstPercent` in the NodeSLO: the default (1000) unless the
+    /// kernel refused the burst it gives, then the highest it accepts.
+    cpu_burst_percent: u64,
+    node_slo: Value,
+    /// What the guest's kernel said to the default burst (limit × 1000 %)
+    /// and to the one used, written by hand on the service's container
+    /// before koordlet ever ran.
+    default_burst_us: u64,
+    default_burst: String,
+    used_burst_us: u64,
+    used_burst: String,
+}
+
+const KOORDLET_NS: &str = benefit::koordlet::NAMESPACE;
+const KOORDLET_SA: &str = benefit::koordlet::SERVICE_ACCOUNT;
+const KOORDLET_UNIT: &str = "koordlet";
+const KOORDLET_KUBECONFIG: &str = "/mnt/node/koordlet/kubeconfig";
+
+fn koordlet_cache() -> (PathBuf, PathBuf) {
+    let bin = testkit::control_plane::bin_dir();
+    let crds = bin
+        .parent()
+        .map(|c| c.join(format!("crds/koordinator-{}", benefit::koordlet::VERSION)))
+        .unwrap_or_default();
+    (
+        bin.join(format!("koordlet-{}", benefit::koordlet::VERSION)),
+        crds,
+    )
+}
+
+/// Writes `us` to `file` in the guest: `accepted`, or the shell's error
+/// (the kernel's errno). Leaves `reset` there after.
+async fn try_write(node: &NodeVm, file: &str, us: u64, reset: u64) -> anyhow::Result<String> {
+    Ok(node
+        .sh(&format!(
+            "if out=$(echo {us} 2>&1 > {file}); then echo accepted; \
+             else echo \"refused: $out\"; fi; echo {reset} > {file}"
+        ))
+        .await?
+        .trim()
+        .to_string())
+}
+
+/// Puts koordlet beside the bench's node as its users do, without
+/// koord-manager: its CRDs (NodeSLO, NodeMetric, NodeResourceTopology) and
+/// RBAC on the control plane, a NodeSLO named after the node with CPU Burst
+/// `auto` (the node-wide opt-in every pod with a CPU limit gets: here the
+/// services; the neighbours have none), a ServiceAccount token kubeconfig
+/// and the binary in the node's share. First checks on the guest's kernel
+/// the default burst (limit × 1000 %), which cgroup v2 refuses above the
+/// quota (koordinator#2326).
+async fn install_koordlet(
+    c: &RealCluster,
+    node: &NodeVm,
+    svc: &Target,
+) -> anyhow::Result<KoordletSetup> {
+    use benefit::koordlet as k;
+    let (bin, crds) = koordlet_cache();
+    anyhow::ensure!(
+        bin.is_file() && crds.join("rbac-koordlet.yaml").is_file(),
+        "{} or its CRDs missing: run tests/koordlet/build.sh",
+        bin.display()
+    );
+    let dst = node.share_dir().join("bin/koordlet");
+    std::fs::copy(&bin, dst.with_extension("tmp"))?;
+    std::fs::rename(dst.with_extension("tmp"), &dst)?;
+
+    // The kernel and the default burst.
+    let quota: u64 = node
+        .sh(&format!("cut -d' ' -f1 {}/cpu.max", svc.container_dir))
+        .await?
+        .trim()
+        .parse()
+        .context("the service's cpu.max quota")?;
+    let file = format!("{}/cpu.max.burst", svc.container_dir);
+    let default_burst_us = k::burst_us(LIMIT_M, k::CPU_BURST_PERCENT_DEFAULT);
+    let default_burst = try_write(node, &file, default_burst_us, 0).await?;
+    let percent = if default_burst == "accepted" {
+        k::CPU_BURST_PERCENT_DEFAULT
+    } else {
+        k::highest_accepted_percent(LIMIT_M, quota)
+    };
+    let used_burst_us = k::burst_us(LIMIT_M, percent);
+    let used_burst = try_write(node, &file, used_burst_us, 0).await?;
+    anyhow::ensure!(
+        used_burst == "accepted",
+        "the kernel refused cpu.max.burst {used_burst_us} beside quota {quota}: {used_burst}"
+    );
+    eprintln!(
+        "benefit: koordlet: cpu.max.burst {default_burst_us} (the default 1000 % of {LIMIT_M}m) \
+         beside quota {quota}: {default_burst}; cpuBurstPercent {percent} \
+         ({used_burst_us}): {used_burst}"
+    );
+
+    let client = c.cp.client().await;
+    let mut objs = Vec::new();
+    for f in [
+        "slo.koordinator.sh_nodeslos.yaml",
+        "slo.koordinator.sh_nodemetrics.yaml",
+        "topology.node.k8s.io_noderesourcetopologies.yaml",
+    ] {
+        objs.extend(testkit::manifests::parse_docs(&std::fs::read_to_string(
+            crds.join(f),
+        )?)?);
+    }
+    testkit::manifests::apply_all(&client, &objs, "headroom-bench").await?;
+    let crd_api =
+        Api::<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>::all(
+            client.clone(),
+        );
+    for name in [
+        "nodeslos.slo.koordinator.sh",
+        "nodemetrics.slo.koordinator.sh",
+        "noderesourcetopologies.topology.node.k8s.io",
+    ] {
+        let mut ok = false;
+        for _ in 0..300 {
+            if let Ok(c) = crd_api.get(name).await
+                && c.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        anyhow::ensure!(ok, "CRD {name} not established");
+    }
+    let rbac = k::rbac(testkit::manifests::parse_docs(&std::fs::read_to_string(
+        crds.join("rbac-koordlet.yaml"),
+    )?)?);
+    testkit::manifests::apply_all(&client, &rbac, "headroom-bench").await?;
+    let node_slo = k::node_slo(node.name(), percent);
+    testkit::manifests::apply_all(&client, std::slice::from_ref(&node_slo), "headroom-bench")
+        .await?;
+
+    // A token of its ServiceAccount, as the DaemonSet's pod would mount.
+    let tr: k8s_openapi::api::authentication::v1::TokenRequest =
+        serde_json::from_value(json!({"spec": {"expirationSeconds": 86400}}))?;
+    let token =
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), KOORDLET_NS)
+            .create_token_request(KOORDLET_SA, &PostParams::default(), &tr)
+            .await?
+            .status
+            .context("TokenRequest without a status")?
+            .token;
+    let token = token.context("TokenRequest status without a token")?;
+    let server = format!(
+        "https://{}:{}",
+        testkit::certs::GUEST_APISERVER_IP,
+        testkit::node_vm::config::GUEST_APISERVER_PORT
+    );
+    let kubeconfig = testkit::certs::Kubeconfig {
+        server: &server,
+        ca: "/etc/kubernetes/ca.crt",
+        user: KOORDLET_SA,
+        auth: testkit::certs::KubeconfigAuth::Token(&token),
+        namespace: None,
+    }
+    .yaml();
+    let dir = node.share_dir().join("koordlet");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("kubeconfig"), kubeconfig)?;
+    Ok(KoordletSetup {
+        version: k::VERSION,
+        flags: k::flags(),
+        cpu_burst_percent: percent,
+        node_slo,
+        default_burst_us,
+        default_burst,
+        used_burst_us,
+        used_burst,
+    })
+}
+
+/// koordlet running for one (k) run: started with a fresh TSDB, and what
+/// it found the service's cgroups at, to undo its writes after.
+struct KoordletRun {
+    /// The guest's clock at its start (Unix s), for its journal.
+    since: u64,
+    /// `(file, value)` the kubelet left: the service's `cpu.max`, pod's
+    /// and container's.
+    cpu_max: Vec<(String, String)>,
+}
+
+/// Stops koordlet's unit if it runs (every run's set-up: no koordlet while
+/// another configuration runs).
+async fn koordlet_stop(node: &NodeVm) -> anyhow::Result<()> {
+    node.sh(&format!(
+        "systemctl stop {KOORDLET_UNIT} 2>/dev/null; systemctl reset-failed {KOORDLET_UNIT} 2>/dev/null; true"
+    ))
+    .await
+    .map(|_| ())
+}
+
+/// Starts koordlet as a transient unit in the guest (as Headroom's agent
+/// runs in this bench) and waits until it has written the burst it should
+/// on the service's container and pod: its CPU Burst loop runs.
+async fn koordlet_start(
+    node: &NodeVm,
+    svcs: &[(&str, &Target)],
+    setup: &KoordletSetup,
+) -> anyhow::Result<KoordletRun> {
+    koordlet_stop(node).await?;
+    let mut cpu_max = Vec::new();
+    for (_, t) in svcs {
+        for dir in [&t.pod_dir, &t.container_dir] {
+            let f = format!("{dir}/cpu.max");
+            let v = node.sh(&format!("cat {f}")).await?.trim().to_string();
+            cpu_max.push((f, v));
+        }
+    }
+    let since: u64 = node.sh("date +%s").await?.trim().parse()?;
+    let mut cmd = format!(
+        "rm -rf /var/lib/koordlet; mkdir -p /var/lib/koordlet/tsdb \
+         /var/lib/koordlet/prediction-checkpoints /var/run/koordlet /etc/runtime/hookserver.d && \
+         systemd-run --unit={KOORDLET_UNIT} --collect -E NODE_NAME={} -E agent_mode=hostMode \
+         /mnt/node/bin/koordlet --kubeconfig={KOORDLET_KUBECONFIG}",
+        node.name()
+    );
+    for f in &setup.flags {
+        cmd.push(' ');
+        cmd.push_str(f);
+    }
+    node.sh(&cmd).await?;
+    let want = setup.used_burst_us;
+    let files: Vec<String> = svcs
+        .iter()
+        .flat_map(|(_, t)| {
+            [
+                format!("{}/cpu.max.burst", t.container_dir),
+                format!("{}/cpu.max.burst", t.pod_dir),
+            ]
+        })
+        .collect();
+    let script = format!(
+        "for i in $(seq 1 480); do ok=1; for f in {}; do [ \"$(cat $f)\" = {want} ] || ok=; done; \
+         [ -n \"$ok\" ] && exit 0; systemctl is-active -q {KOORDLET_UNIT} || exit 2; sleep 0.5; done; exit 1",
+        files.join(" ")
+    );
+    let out = node.sh_output(&script).await?;
+    if !out.status.success() {
+        let log = node
+            .sh(&format!(
+                "journalctl -u {KOORDLET_UNIT} --since @{since} --no-pager -o cat | tail -n 40"
+            ))
+            .await
+            .unwrap_or_default();
+        let _ = koordlet_stop(node).await;
+        bail!(
+            "koordlet never wrote cpu.max.burst {want} on the service's container and pod \
+             within 240 s (exit {:?}); its log:\n{log}",
+            out.status.code()
+        );
+    }
+    Ok(KoordletRun { since, cpu_max })
+}
+
+/// Stops koordlet and undoes its writes: `cpu.max.burst` 0, `cpu.max` as the
+/// kubelet left it (containers first: a pod's quota may not fall below a
+/// child's burst). Returns its journal since its start.
+async fn koordlet_finish(
+    node: &NodeVm,
+    svcs: &[(&str, &Target)],
+    run: KoordletRun,
+) -> anyhow::Result<String> {
+    let log = node
+        .sh(&format!(
+            "journalctl -u {KOORDLET_UNIT} --since @{} --no-pager -o cat",
+            run.since
+        ))
+        .await
+        .unwrap_or_default();
+    koordlet_stop(node).await?;
+    for (_, t) in svcs {
+        set_burst(node, t, 0).await?;
+    }
+    let mut restore: Vec<&(String, String)> = run.cpu_max.iter().collect();
+    restore.sort_by_key(|(f, _)| std::cmp::Reverse(f.len()));
+    for (f, v) in restore {
+        node.sh(&format!("echo '{v}' > {f} && [ \"$(cat {f})\" = '{v}' ]"))
+            .await
+            .with_context(|| format!("restoring {f} to {v}"))?;
+    }
+    Ok(log)
+}
+
 fn phase_list(p: &[Phase]) -> String {
     p.iter()
         .map(|p| format!("{}:{}@{}", p.name, p.duration.as_secs_f64(), p.rate_per_s))
@@ -734,6 +1047,8 @@ struct Pods<'a> {
     svc: Target,
     within: Target,
     b: Target,
+    /// Configuration (k)'s set-up, when it runs.
+    koordlet: Option<KoordletSetup>,
 }
 
 impl Pods<'_> {
@@ -904,6 +1219,13 @@ async fn measure(
         });
     }
     let burst_setting = burst_setting.join("; ");
+    // No koordlet but in (k); no Headroom in (k) (it has no agent args).
+    koordlet_stop(node).await?;
+    let koordlet = match (config, &pods.koordlet) {
+        (Config::Koordlet, Some(setup)) => Some(koordlet_start(node, &managed, setup).await?),
+        (Config::Koordlet, None) => bail!("{id}: koordlet was not set up"),
+        _ => None,
+    };
     let agent = match config.agent_args() {
         Some(args) => {
             for (name, _) in &managed {
@@ -990,6 +1312,27 @@ async fn measure(
         std::fs::write(s.out.join(format!("raw/{id}-agent.log")), &log)?;
         agent.stop().await?;
     }
+    // (k): what koordlet left on the services' cgroups, its log; then it
+    // stops and its writes are undone.
+    let (mut koordlet_burst_us, mut koordlet_pod_burst_us, mut koordlet_log) = (0, 0, None);
+    if let Some(run) = koordlet {
+        let read = |f: String| async move {
+            node.sh(&format!("cat {f}"))
+                .await
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        koordlet_burst_us = read(format!("{}/cpu.max.burst", pods.svc.container_dir)).await;
+        koordlet_pod_burst_us = read(format!("{}/cpu.max.burst", pods.svc.pod_dir)).await;
+        let klog = koordlet_finish(node, &managed, run).await?;
+        std::fs::write(s.out.join(format!("raw/{id}-koordlet.log")), &klog)?;
+        koordlet_log = Some(klog);
+    }
+    let koordlet_writes = koordlet_log
+        .as_deref()
+        .map(benefit::koordlet::quota_writes)
+        .unwrap_or_default();
     let resizes = agent_log::resizes(&log);
     let is_managed = |r: &agent_log::Resize| managed.iter().any(|(n, _)| r.of_pod(n));
     let managed_patches = resizes.iter().filter(|r| is_managed(r)).count();
@@ -1017,6 +1360,22 @@ async fn measure(
         w.into_iter().map(|(a, b)| (t0 + a, t0 + b)).collect()
     };
     let win = analysis::window(&samples, t0, end).context("no samples inside the run")?;
+    if koordlet_log.is_some() {
+        let writes = benefit::koordlet::Writes {
+            samples_above_limit: samples
+                .iter()
+                .filter(|x| x.t >= t0 && x.t <= end)
+                .filter(|x| analysis::limit_m(x).is_some_and(|m| m > LIMIT_M))
+                .count(),
+            container_burst_us: koordlet_burst_us,
+            pod_burst_us: koordlet_pod_burst_us,
+            log_quota_writes: koordlet_writes.iter().filter(|w| w.of_pod(SVC)).count(),
+        };
+        eprintln!("benefit: {id}: koordlet wrote {writes:?}");
+        if let Some(why) = benefit::koordlet::refusal(win.throttled_s, &writes) {
+            bail!("{id}: {why}; see raw/{id}-koordlet.log");
+        }
+    }
     let bursts = abs(matrix::phase_windows(&sc.svc, "burst"));
     let raise = |i: usize| {
         bursts
@@ -1270,6 +1629,12 @@ async fn measure(
         host_load_before: load_before,
         host_load_after: load_after,
         burst_setting,
+        koordlet_quota_writes: koordlet_writes
+            .iter()
+            .filter(|w| managed.iter().any(|(n, _)| w.of_pod(n)))
+            .count(),
+        koordlet_burst_us,
+        koordlet_pod_burst_us,
         id,
     })
 }
@@ -1300,6 +1665,7 @@ fn meta(
     started: Instant,
     load_start: &str,
     failed: Option<&str>,
+    koordlet: Option<&KoordletSetup>,
 ) -> Value {
     let (baseline, flagged) = summary::baseline_check(s.baseline.as_ref(), rows);
     let (runs, estimate_min) = s.estimate();
@@ -1359,7 +1725,10 @@ fn meta(
         "flagged": flagged,
         // Why the bench stopped without a result (a run that measured nothing).
         "failed": failed,
-        "node": {"name": node.name(), "cpus": node.spec.cpus, "driver": node.spec.driver.as_str(), "kernel": kernel.trim()},
+        // (k): koordlet's version, flags, NodeSLO and what the kernel said
+        // to its default burst.
+        "koordlet": koordlet,
+        "node": {"name": node.name(), "cpus": node.spec.cpus, "driver": node.spec.driver.as_str(), "cgroup_root": node.spec.cgroup_root, "kernel": kernel.trim()},
         "boot_ready_s": boot_ready_s,
         "setup_s": setup_s,
         "total_s": started.elapsed().as_secs_f64(),
@@ -1374,7 +1743,13 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
     let load_start = loadavg();
     std::fs::create_dir_all(s.out.join("raw"))?;
     let agent_bin = testkit::node_vm::static_agent_binary()?;
-    let c = RealCluster::start(vec![NodeSpec::kind_like("node-systemd", 1)]).await?;
+    // The systemd driver without a cgroupRoot (kubeadm's layout,
+    // kubepods.slice at the root): koordlet's paths are fixed to it.
+    let c = RealCluster::start(vec![NodeSpec {
+        cgroup_root: None,
+        ..NodeSpec::kind_like("node-systemd", 1)
+    }])
+    .await?;
     let node = &c.nodes[0];
     node.install_agent(&agent_bin)?;
     std::fs::copy(&s.load_bin, node.share_dir().join("bin/benefit-load"))?;
@@ -1416,16 +1791,21 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
     let svc = wait_running(&svc_api, SVC).await?;
     let within = wait_running(&nb_api, "within").await?;
     let b = wait_running(&nb_api, "batch").await?;
-    let pods = Pods {
+    let mut pods = Pods {
         node,
         svc_api: svc_api.clone(),
         svc: target(node, &svc).await?,
         within: target(node, &within).await?,
         b: target(node, &b).await?,
+        koordlet: None,
     };
     for t in [&pods.svc, &pods.within, &pods.b] {
         wait_answering(node, t).await?;
     }
+    if s.configs.contains(&Config::Koordlet) {
+        pods.koordlet = Some(install_koordlet(&c, node, &pods.svc).await?);
+    }
+    let pods = pods;
     let kernel = node.sh("uname -r").await.unwrap_or_default();
     let ready_at = started.elapsed();
     match &s.baseline {
@@ -1466,6 +1846,7 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
             started,
             &load_start,
             failed,
+            pods.koordlet.as_ref(),
         );
         std::fs::write(
             s.out.join("meta.json"),

@@ -11,6 +11,7 @@ pub mod analysis;
 pub mod args;
 pub mod burn;
 pub mod http;
+pub mod koordlet;
 pub mod load;
 pub mod matrix;
 pub mod record;

@@ -135,6 +135,12 @@ pub struct RunRow {
     pub host_load_before: String,
     pub host_load_after: String,
     pub burst_setting: String,
+    /// (k) koordlet: its `cfs quota success` lines for the services, and
+    /// the service container's and pod's `cpu.max.burst` at the run's end
+    /// (`benefit::koordlet`; 0 in other configurations).
+    pub koordlet_quota_writes: usize,
+    pub koordlet_burst_us: u64,
+    pub koordlet_pod_burst_us: u64,
 }
 
 fn csv_field(v: &Value) -> String {
