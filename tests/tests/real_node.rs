@@ -2943,6 +2943,34 @@ async fn helped_hold(
     }
 }
 
+/// Where [`hold_sampled`] has the neighbour's usage sampled.
+const HOLD_SAMPLES: &str = "/run/headroom-test/nbr-usage";
+
+/// A hold in force now, with nothing in flight ([`helped_hold`] within
+/// 300 s, then [`hold_now`]), and the neighbour's cgroup `nbr_dir` sampled
+/// into [`HOLD_SAMPLES`] from then on: the check's time, and the guest's
+/// clock once the sampler runs (what the event that should end the hold is
+/// timed from).
+async fn hold_sampled(
+    api: &Api<Pod>,
+    agent: &GuestAgent<'_>,
+    other: &str,
+    svc_name: &str,
+    nbr_dir: &str,
+) -> (f64, f64) {
+    let found = helped_hold(
+        api,
+        agent,
+        other,
+        svc_name,
+        Instant::now() + Duration::from_secs(300),
+    )
+    .await;
+    let (helped_at, _) = hold_now(api, agent, other, svc_name, found).await;
+    start_sampler(agent.node, nbr_dir, HOLD_SAMPLES, 90).await;
+    (helped_at, guest_now(agent.node).await)
+}
+
 /// Issue 47: a lowering that helped stops holding within 3 ticks (1 s
 /// each) of its owed pod going above its request, and of it leaving the
 /// node. One node, the agent at its defaults but a 5 s raise cooldown (svc
@@ -2998,7 +3026,6 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     .expect("agent starts");
     let svc_name = format!("{ns}/svc");
     set_threads(node, &ns, "svc", 4).await;
-    let samples = "/run/headroom-test/nbr-usage";
     // How late a hold may end: 3 ticks of 1 s. The agent reads the owed
     // pod every tick while its claim holds and ends the hold in the tick
     // that reads it above its request (or gone); the first 1 s window
@@ -3010,17 +3037,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     let over_m = 800 + headroom::signal::contention::MIN_OWED_M;
 
     // 1.–2. A hold, then the neighbour above its request.
-    let found = helped_hold(
-        &api,
-        &agent,
-        &other,
-        &svc_name,
-        Instant::now() + Duration::from_secs(300),
-    )
-    .await;
-    let (helped_at, _) = hold_now(&api, &agent, &other, &svc_name, found).await;
-    start_sampler(node, &nbr_dir, samples, 90).await;
-    let fired = guest_now(node).await;
+    let (helped_at, fired) = hold_sampled(&api, &agent, &other, &svc_name, &nbr_dir).await;
     resize(&nbr, "nbr", &limit_patch(1600), false)
         .await
         .expect("resize the neighbour to 1600m");
@@ -3028,7 +3045,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     let end = wait_hold_end(&agent, &svc_name, helped_at, Duration::from_secs(60)).await;
     // Two more seconds of its usage after the end, for the figures.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let usage = usage_per_second(&stop_sampler(node, samples).await);
+    let usage = usage_per_second(&stop_sampler(node, HOLD_SAMPLES).await);
     let above = usage.iter().find(|(_, m)| *m > over_m).copied();
     let figures = usage
         .iter()
@@ -3081,17 +3098,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
         .await
         .expect("resize the neighbour back to 800m");
     applied(&nbr, &agent, "nbr").await;
-    let found = helped_hold(
-        &api,
-        &agent,
-        &other,
-        &svc_name,
-        Instant::now() + Duration::from_secs(300),
-    )
-    .await;
-    let (helped_at, _) = hold_now(&api, &agent, &other, &svc_name, found).await;
-    start_sampler(node, &nbr_dir, samples, 90).await;
-    let deleted = guest_now(node).await;
+    let (helped_at, deleted) = hold_sampled(&api, &agent, &other, &svc_name, &nbr_dir).await;
     nbr.delete(
         "nbr",
         &kube::api::DeleteParams {
@@ -3105,7 +3112,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     // The kubelet took 14–24 s to remove the cgroup of a pod deleted with
     // grace 0 (2026-12-07).
     let until = Instant::now() + Duration::from_secs(60);
-    while !read_sampler(node, samples)
+    while !read_sampler(node, HOLD_SAMPLES)
         .await
         .last()
         .is_some_and(|(_, u)| u.is_none())
@@ -3113,7 +3120,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
     {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let samples_read = stop_sampler(node, samples).await;
+    let samples_read = stop_sampler(node, HOLD_SAMPLES).await;
     let gone_at = samples_read
         .iter()
         .find(|(_, u)| u.is_none())
