@@ -3342,7 +3342,7 @@ async fn hold_end_on(c: &RealCluster, node: &NodeVm) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(feature = "full-tier"),
-    ignore = "scripts/test --full until it passes reliably: 1 of its last 5 runs failed (node-systemd, 2026-12-07: the second hold ended idle_cpu 0.5 s before the delete; docs/development.md)"
+    ignore = "scripts/test --full until it passes reliably: 3 of its last 7 runs failed (2026-12-07; docs/development.md)"
 )]
 async fn a_lowering_that_helped_stops_holding_within_3_ticks_once_its_owed_pod_leaves_or_goes_above_its_request()
  {
