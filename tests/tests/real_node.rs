@@ -2764,14 +2764,7 @@ async fn hold_now(
         agent.node.name(),
         guest_now(agent.node).await - helped_at
     );
-    let (_, on) = helped_hold(
-        api,
-        agent,
-        other,
-        svc_name,
-        Instant::now() + Duration::from_secs(300),
-    )
-    .await;
+    let (_, on) = helped_hold(api, agent, other, svc_name).await;
     let at = still_holding(agent, svc_name, on).await.unwrap_or_else(|| {
         panic!(
             "{}: a lowering of svc that helped the neighbour ended twice before the test could use it",
@@ -2889,6 +2882,9 @@ fn blocked_until(j: &HoldJournal) -> f64 {
     until
 }
 
+/// How long [`helped_hold`] tries for a lowering that helps.
+const HOLD_TRIES_FOR: Duration = Duration::from_secs(300);
+
 /// Gets a hold: the neighbour `nbr` (in `other`) idle, svc raised above
 /// what it leaves it, then the neighbour's one busy thread switched on,
 /// and once svc's limit followed its usage, the pods capped
@@ -2897,15 +2893,15 @@ fn blocked_until(j: &HoldJournal) -> f64 {
 /// may buy nothing where the node's own processes, not svc, kept the
 /// neighbour waiting, and a usage-based lowering may leave it owed nothing
 /// at all): a few tries, each after the block a lowering that bought
-/// nothing leaves ([`blocked_until`]), until `deadline`. The check's time,
-/// and when the neighbour was switched on.
+/// nothing leaves ([`blocked_until`]), for at most [`HOLD_TRIES_FOR`]. The
+/// check's time, and when the neighbour was switched on.
 async fn helped_hold(
     api: &Api<Pod>,
     agent: &GuestAgent<'_>,
     other: &str,
     svc_name: &str,
-    deadline: Instant,
 ) -> (f64, f64) {
+    let deadline = Instant::now() + HOLD_TRIES_FOR;
     let node = agent.node;
     let n = node.name();
     let mut tries = Vec::new();
@@ -3101,14 +3097,7 @@ async fn hold_sampled(
     svc_name: &str,
     nbr_dir: &str,
 ) -> (f64, f64) {
-    let found = helped_hold(
-        api,
-        agent,
-        other,
-        svc_name,
-        Instant::now() + Duration::from_secs(300),
-    )
-    .await;
+    let found = helped_hold(api, agent, other, svc_name).await;
     let (helped_at, _) = hold_now(api, agent, other, svc_name, found).await;
     start_sampler(agent.node, nbr_dir, HOLD_SAMPLES, 90).await;
     (helped_at, guest_now(agent.node).await)

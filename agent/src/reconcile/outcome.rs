@@ -186,57 +186,52 @@ pub fn on_lowering_checked(
         j.window,
         j.bar_m,
     );
-    match j.effect {
-        Bought::Helped => out.push(Effect::Event {
-            type_: EventType::Normal,
-            reason: REASON_LOWERING_HELPED,
-            note: format!(
-                "lowering {}m→{}m for {owed} (short of CPU within its request) helped: {figures}; held while it runs",
-                lowered.from_m, lowered.to_m
+    let (from, to) = (lowered.from_m, lowered.to_m);
+    // What the verdict says, and whether the lowering is undone: its limit
+    // may come back at once, the raise cooldown waived.
+    let (reason, note, undo) = match j.effect {
+        Bought::Helped => (
+            REASON_LOWERING_HELPED,
+            format!(
+                "lowering {from}m→{to}m for {owed} (short of CPU within its request) helped: {figures}; held while it runs"
             ),
-        }),
-        Bought::NoEffect => {
-            if let Some(r) = records.get_mut(&lowered.uid)
-                && j.strikes <= 1
-            {
-                r.waive_raise_cooldown(now.as_secs_f64(), cfg);
-            }
-            out.push(Effect::Event {
-                type_: EventType::Normal,
-                reason: REASON_LOWERING_UNDONE,
-                note: format!(
-                    "lowering {}m→{}m for {owed} bought nothing: {figures}; undone; not lowered for again until it has been quiet and its block (30 s, doubling each time in a row) is over",
-                    lowered.from_m, lowered.to_m
-                ),
-            });
-        }
-        Bought::NeedChanged if j.stopped_asking() => {
-            // Every time, not the first in a row only: each needs a new
-            // episode of the owed pod's need past the owed threshold, a
-            // lowering for it, its apply and a check — two patches per
-            // episode at most — and nothing is blocked.
-            if let Some(r) = records.get_mut(&lowered.uid) {
-                r.waive_raise_cooldown(now.as_secs_f64(), cfg);
-            }
-            out.push(Effect::Event {
-                type_: EventType::Normal,
-                reason: REASON_LOWERING_NEED_CHANGED,
-                note: format!(
-                    "lowering {}m→{}m for {owed}: it stopped asking meanwhile ({figures}); undone",
-                    lowered.from_m, lowered.to_m
-                ),
-            });
-        }
-        Bought::NeedChanged => out.push(Effect::Event {
-            type_: EventType::Normal,
-            reason: REASON_LOWERING_NEED_CHANGED,
-            note: format!(
-                "lowering {}m→{}m for {owed}: it asked for more meanwhile ({figures}); not held",
-                lowered.from_m, lowered.to_m
+            false,
+        ),
+        Bought::NoEffect => (
+            REASON_LOWERING_UNDONE,
+            format!(
+                "lowering {from}m→{to}m for {owed} bought nothing: {figures}; undone; not lowered for again until it has been quiet and its block (30 s, doubling each time in a row) is over"
             ),
-        }),
-        Bought::Unjudged => {}
+            j.strikes <= 1,
+        ),
+        // Every time, not the first in a row only: each needs a new episode
+        // of the owed pod's need past the owed threshold, a lowering for
+        // it, its apply and a check — two patches per episode at most —
+        // and nothing is blocked.
+        Bought::NeedChanged if j.stopped_asking() => (
+            REASON_LOWERING_NEED_CHANGED,
+            format!(
+                "lowering {from}m→{to}m for {owed}: it stopped asking meanwhile ({figures}); undone"
+            ),
+            true,
+        ),
+        Bought::NeedChanged => (
+            REASON_LOWERING_NEED_CHANGED,
+            format!(
+                "lowering {from}m→{to}m for {owed}: it asked for more meanwhile ({figures}); not held"
+            ),
+            false,
+        ),
+        Bought::Unjudged => return out,
+    };
+    if undo && let Some(r) = records.get_mut(&lowered.uid) {
+        r.waive_raise_cooldown(now.as_secs_f64(), cfg);
     }
+    out.push(Effect::Event {
+        type_: EventType::Normal,
+        reason,
+        note,
+    });
     out
 }
 
