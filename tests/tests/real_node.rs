@@ -3878,6 +3878,46 @@ async fn own_node(
     Some((serial, c, started))
 }
 
+/// A node whose first boot cannot start its kubelet (the host share's
+/// mount masked on that boot's kernel command line: what a 9p mount that
+/// failed 21.8 s into a boot did to a run, whose cluster then waited its
+/// whole 420 s for Ready) is found out within seconds of ssh, booted once
+/// more on the clean command line, and comes up Ready: the harness's
+/// [`BootFault`](testkit::node_vm::BootFault) path, end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "full-tier"),
+    ignore = "scripts/test --full: a boot of its own (~2 min) for a path that runs only when the emulated machine fails a boot"
+)]
+async fn a_node_whose_first_boot_cannot_start_its_kubelet_is_booted_again_and_comes_up() {
+    let mut spec = testkit::node_vm::NodeSpec::cgroupfs("node-again", 3);
+    spec.first_boot_fault = Some("systemd.mask=mnt-host.mount".into());
+    let Some((_serial, c, started)) = own_node(spec).await else {
+        return;
+    };
+    let node = &c.nodes[0];
+    assert_eq!(
+        node.boots(),
+        2,
+        "booted once more after the kubelet's fault"
+    );
+    let cmdline = node.sh("cat /proc/cmdline").await.expect("cmdline");
+    assert!(
+        !cmdline.contains("systemd.mask"),
+        "the second boot runs the clean command line: {cmdline}"
+    );
+    let kubelet = node
+        .sh("systemctl is-active kubelet.service")
+        .await
+        .expect("kubelet state");
+    assert_eq!(kubelet.trim(), "active");
+    eprintln!(
+        "MEASURE boot again: Ready {:.1?} after the first qemu start (cluster start {:.1?})",
+        c.boot_times[0].2,
+        started.elapsed()
+    );
+}
+
 /// `cpuset.cpus.effective` of container `name` of `pod` on a real node.
 async fn real_cpuset(node: &NodeVm, pod: &Pod, name: &str) -> String {
     let uid = pod.metadata.uid.as_deref().expect("uid");

@@ -92,6 +92,10 @@ pub struct NodeSpec {
     /// directory over the cached image) instead of qemu's throwaway snapshot:
     /// what [`super::NodeVm::reboot`] needs.
     pub persistent_disk: bool,
+    /// Words added to the kernel command line of the first boot only: a
+    /// fault for the harness's second boot to mend (e.g.
+    /// `systemd.mask=mnt-host.mount`, what a failed 9p mount does).
+    pub first_boot_fault: Option<String>,
 }
 
 impl NodeSpec {
@@ -108,6 +112,7 @@ impl NodeSpec {
             kubelet_verbosity: 2,
             static_cpu_manager: None,
             persistent_disk: false,
+            first_boot_fault: None,
         }
     }
 

@@ -76,13 +76,18 @@ pub fn diagnose(name: &str, dir: &Path) -> String {
 /// oops, a BUG or a lockup), so a node that died under the test is told from
 /// one the test could not reach.
 pub fn kernel_failure(console: &str) -> Option<&str> {
-    const MARKS: [&str; 6] = [
+    // RCU's stall reports (`rcu_preempt detected stalls on CPUs/tasks`,
+    // `rcu_sched self-detected stall`) print after 21 s of a CPU that no
+    // longer runs its timers: a CI run lost a 3-vCPU node that way before
+    // ssh (console full of `rcu_preempt kthread timer wakeup didn't happen`).
+    const MARKS: [&str; 7] = [
         "Kernel panic",
         "BUG:",
         "Oops:",
         "general protection fault",
         "soft lockup",
-        "rcu_sched self-detected stall",
+        "self-detected stall",
+        "detected stalls on CPUs",
     ];
     console
         .lines()
@@ -178,6 +183,25 @@ mod tests {
         });
         assert!(query_status(&sock).is_err());
         h.join().unwrap();
+    }
+
+    #[test]
+    fn an_rcu_stall_is_a_kernel_failure() {
+        // The console of the 3-vCPU node a CI run lost before ssh.
+        let console = "[  150.554002] rcu: \tPossible timer handling issue on cpu=1 timer-softirq=1\n\
+                       [  171.559630] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n\
+                       [  171.560041] rcu: \t1-...!: (0 ticks this GP) idle=a268/0/0x0\n";
+        assert_eq!(
+            kernel_failure(console),
+            Some("[  171.559630] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:")
+        );
+        assert!(
+            kernel_failure("[ 9.1] rcu: INFO: rcu_sched self-detected stall on CPU\n").is_some()
+        );
+        assert_eq!(
+            kernel_failure("[ 2.0] rcu: Hierarchical RCU implementation.\n"),
+            None
+        );
     }
 
     #[test]

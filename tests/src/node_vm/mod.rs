@@ -228,6 +228,8 @@ pub struct NodeVm {
     agent_port: u16,
     ssh_key: PathBuf,
     booted_at: Instant,
+    /// Boots so far: 1, or 2 after a [`BootFault`] (or a reboot).
+    boots: std::sync::atomic::AtomicU32,
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -320,6 +322,7 @@ impl NodeVm {
             qmp_socket: health::qmp_socket(&dir),
             host_forwards: vec![(ssh_port, 22), (agent_port, GUEST_AGENT_PORT)],
             apiserver_port: cp.port(),
+            extra_append: String::new(),
         };
         if spec.persistent_disk {
             let overlay = dir.join("disk.qcow2");
@@ -338,7 +341,11 @@ impl NodeVm {
             }
             launch.overlay = Some(overlay);
         }
-        let child = spawn_qemu(&launch, &dir)?;
+        let first = qemu::VmLaunch {
+            extra_append: spec.first_boot_fault.clone().unwrap_or_default(),
+            ..launch.clone()
+        };
+        let child = spawn_qemu(&first, &dir)?;
         health::register(&spec.name, &dir);
         Ok(NodeVm {
             spec,
@@ -349,7 +356,13 @@ impl NodeVm {
             agent_port,
             ssh_key: image_dir.join("id_ed25519"),
             booted_at: Instant::now(),
+            boots: 1.into(),
         })
+    }
+
+    /// Boots of this node so far (1 unless it was booted again or rebooted).
+    pub fn boots(&self) -> u32 {
+        self.boots.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn name(&self) -> &str {
@@ -410,6 +423,8 @@ impl NodeVm {
         let _ = std::fs::rename(&console, self.dir.join("console-before-reboot.log"));
         let child = spawn_qemu(&self.launch, &self.dir)?;
         *self.qemu.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        self.boots
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.wait_ssh(deadline).await?;
         Ok(at.elapsed())
     }
@@ -513,6 +528,99 @@ impl NodeVm {
         Ok(out)
     }
 
+    /// The guest kernel's failure on the console, as a boot fault.
+    fn kernel_fault(&self) -> Option<BootFault> {
+        let console = std::fs::read_to_string(self.dir.join("console.log")).unwrap_or_default();
+        let line = health::kernel_failure(&console)?;
+        Some(BootFault(format!(
+            "{}: the guest kernel failed {:.0?} into its boot, before ssh came up: {line}\nconsole:\n{}",
+            self.spec.name,
+            self.booted_at.elapsed(),
+            self.console_tail(30)
+        )))
+    }
+
+    /// The kubelet that will not start this boot: not running, no start job
+    /// queued for it (a unit it requires failed: the host share's 9p mount
+    /// failed 21.8 s into one boot, 2026-12-07, and the cluster waited its
+    /// whole 420 s for Ready), as a boot fault.
+    async fn kubelet_fault(&self) -> Option<BootFault> {
+        let out = self
+            .sh("echo $(systemctl is-active kubelet.service) \
+                 $(systemctl list-jobs --no-legend --plain kubelet.service | wc -l)")
+            .await
+            .ok()?;
+        if !kubelet_dead(&out) {
+            return None;
+        }
+        let why = self
+            .sh("systemctl --failed --no-legend --plain; \
+                 journalctl -b --no-pager -p warning | tail -n 15")
+            .await
+            .unwrap_or_else(|e| format!("<systemctl: {e:#}>"));
+        Some(BootFault(format!(
+            "{}: the kubelet will not start this boot ({}; no start job queued); failed units and warnings:\n{why}",
+            self.spec.name,
+            out.trim()
+        )))
+    }
+
+    /// Kills qemu and boots the same launch again, the first boot's console
+    /// kept beside (`console-first-boot.log`). A snapshot disk starts clean.
+    fn boot_again(&self) -> anyhow::Result<()> {
+        self.kill();
+        let _ = std::fs::rename(
+            self.dir.join("console.log"),
+            self.dir.join("console-first-boot.log"),
+        );
+        // A master connection to the first boot's guest is gone with it.
+        let _ = std::fs::remove_file(self.dir.join("ssh.sock"));
+        let child = spawn_qemu(&self.launch, &self.dir)?;
+        *self.qemu.lock().unwrap_or_else(|p| p.into_inner()) = Some(child);
+        self.boots
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// ssh, then Node Ready, by `deadline`; a [`BootFault`] boots the node
+    /// once more, with a deadline of its own. Returns (ssh, Ready) after
+    /// qemu first started.
+    async fn come_up(
+        &self,
+        client: &kube::Client,
+        deadline: Instant,
+    ) -> anyhow::Result<(Duration, Duration)> {
+        let first = async {
+            let ssh = self.wait_ssh(deadline).await?;
+            self.wait_ready(client, deadline).await?;
+            Ok::<_, anyhow::Error>(ssh)
+        }
+        .await;
+        let ssh = match first {
+            Ok(ssh) => ssh,
+            Err(e) => {
+                let Some(fault) = e.downcast_ref::<BootFault>() else {
+                    return Err(e);
+                };
+                eprintln!(
+                    "BOOT AGAIN {}: a fault of the emulated machine, not of the node under test:\n{fault}",
+                    self.spec.name
+                );
+                self.boot_again()?;
+                let deadline = Instant::now() + ready_timeout();
+                let ssh = self
+                    .wait_ssh(deadline)
+                    .await
+                    .context("the second boot (one fault already)")?;
+                self.wait_ready(client, deadline)
+                    .await
+                    .context("the second boot (one fault already)")?;
+                ssh
+            }
+        };
+        Ok((ssh, self.booted_at.elapsed()))
+    }
+
     fn check_alive(&self) -> anyhow::Result<()> {
         let mut q = self.qemu.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(child) = q.as_mut()
@@ -529,13 +637,20 @@ impl NodeVm {
     }
 
     /// Waits for ssh, then holds a master connection every later command reuses.
+    /// A guest kernel that failed before ssh came up (a panic, an oops, a
+    /// stall on the console) fails at once, as a [`BootFault`].
     pub async fn wait_ssh(&self, deadline: Instant) -> anyhow::Result<Duration> {
         loop {
-            self.check_alive()?;
+            if let Err(e) = self.check_alive() {
+                return Err(self.kernel_fault().map_or(e, anyhow::Error::new));
+            }
             if let Ok(out) = self.sh_output("true").await
                 && out.status.success()
             {
                 break;
+            }
+            if let Some(fault) = self.kernel_fault() {
+                return Err(anyhow::Error::new(fault));
             }
             if Instant::now() > deadline {
                 bail!(
@@ -587,8 +702,17 @@ impl NodeVm {
     /// Waits for the Node object to be Ready.
     pub async fn wait_ready(&self, client: &kube::Client, deadline: Instant) -> anyhow::Result<()> {
         let nodes: Api<Node> = Api::all(client.clone());
+        let mut poll = 0u32;
         loop {
             self.check_alive()?;
+            poll += 1;
+            // Every 10 s: a kubelet that will not start fails now, not at
+            // the deadline.
+            if poll.is_multiple_of(5)
+                && let Some(fault) = self.kubelet_fault().await
+            {
+                return Err(anyhow::Error::new(fault));
+            }
             if let Ok(Some(node)) = nodes.get_opt(&self.spec.name).await {
                 let ready = node
                     .status
@@ -635,6 +759,31 @@ impl Drop for NodeVm {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A boot that failed for a reason of the emulated machine, not of the node
+/// under test: the guest kernel failed before ssh came up, or the kubelet
+/// will not start because a unit it requires failed at boot. Another boot of
+/// the same image came up each time; [`RealCluster::start`] tries one.
+#[derive(Debug)]
+pub struct BootFault(pub String);
+
+impl std::fmt::Display for BootFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BootFault {}
+
+/// `systemctl is-active kubelet.service` and the count of its queued jobs:
+/// stopped (inactive or failed) with no start job queued.
+fn kubelet_dead(state_and_jobs: &str) -> bool {
+    let mut f = state_and_jobs.split_whitespace();
+    matches!(
+        (f.next(), f.next().map(str::parse::<u32>)),
+        (Some("inactive" | "failed"), Some(Ok(0)))
+    )
 }
 
 /// A `cpu.max` that holds a quota ("<quota> <period>"), not "max" and not an
@@ -699,9 +848,8 @@ impl RealCluster {
         let waits = nodes.iter().map(|n| {
             let client = client.clone();
             async move {
-                let ssh = n.wait_ssh(deadline).await?;
-                n.wait_ready(&client, deadline).await?;
-                Ok::<_, anyhow::Error>((n.name().to_string(), ssh, n.booted_at.elapsed()))
+                let (ssh, ready) = n.come_up(&client, deadline).await?;
+                Ok::<_, anyhow::Error>((n.name().to_string(), ssh, ready))
             }
         });
         let results = futures::future::join_all(waits).await;
@@ -794,7 +942,23 @@ impl RealCluster {
 
 #[cfg(test)]
 mod cfs_key_tests {
-    use super::cfs_key_pinned;
+    use super::{cfs_key_pinned, kubelet_dead};
+
+    #[test]
+    fn a_kubelet_is_dead_only_when_stopped_with_no_start_job_queued() {
+        assert!(kubelet_dead("inactive 0\n"));
+        assert!(kubelet_dead("failed 0"));
+        // Queued behind containerd or the image import: it will start.
+        assert!(!kubelet_dead("inactive 1"));
+        assert!(!kubelet_dead("activating 0"));
+        assert!(!kubelet_dead("active 0"));
+        // Between two restarts (Restart=always).
+        assert!(!kubelet_dead("activating 1"));
+        // ssh printed nothing useful: not a verdict.
+        assert!(!kubelet_dead(""));
+        assert!(!kubelet_dead("inactive"));
+        assert!(!kubelet_dead("inactive x"));
+    }
 
     #[test]
     fn a_quota_pins_the_key_and_max_or_an_error_does_not() {

@@ -32,6 +32,8 @@ pub struct VmLaunch {
     /// The apiserver on the host's loopback, reached from the guest at
     /// `GUEST_APISERVER_IP:GUEST_APISERVER_PORT`.
     pub apiserver_port: u16,
+    /// More kernel command line words (a boot's injected fault), or empty.
+    pub extra_append: String,
 }
 
 impl VmLaunch {
@@ -71,9 +73,13 @@ impl VmLaunch {
             "-initrd".into(),
             self.initrd.display().to_string(),
             "-append".into(),
-            "root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 psi=1 \
-             mitigations=off no_timer_check panic=5 quiet systemd.show_status=false"
-                .into(),
+            format!(
+                "root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 psi=1 \
+                 mitigations=off no_timer_check panic=5 quiet systemd.show_status=false {}",
+                self.extra_append
+            )
+            .trim_end()
+            .to_string(),
             "-drive".into(),
             match &self.overlay {
                 // The overlay (made over the image by `qemu-img create -b`) keeps
@@ -162,7 +168,29 @@ mod tests {
             qmp_socket: "/q".into(),
             host_forwards: vec![(2222, 22), (9999, 9100)],
             apiserver_port: 6000,
+            extra_append: String::new(),
         }
+    }
+
+    /// The kernel command line qemu is given.
+    fn append(l: &VmLaunch) -> String {
+        let args = l.args();
+        let i = args.iter().position(|a| a == "-append").expect("-append");
+        args[i + 1].clone()
+    }
+
+    #[test]
+    fn a_boots_fault_goes_on_that_boots_command_line_only() {
+        let clean = append(&launch());
+        assert!(clean.ends_with("systemd.show_status=false"), "{clean}");
+        let faulty = VmLaunch {
+            extra_append: "systemd.mask=mnt-host.mount".into(),
+            ..launch()
+        };
+        assert_eq!(
+            append(&faulty),
+            format!("{clean} systemd.mask=mnt-host.mount")
+        );
     }
 
     #[test]
