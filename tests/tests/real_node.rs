@@ -3878,12 +3878,14 @@ async fn own_node(
     Some((serial, c, started))
 }
 
-/// A node whose first boot cannot start its kubelet (the host share's
-/// mount masked on that boot's kernel command line: what a 9p mount that
-/// failed 21.8 s into a boot did to a run, whose cluster then waited its
+/// A node whose first boot cannot start its kubelet (a unit it requires,
+/// `headroom-node.service`, masked on that boot's kernel command line: the
+/// kubelet's start fails with result `dependency`, as it did in a run whose
+/// 9p mount failed 21.8 s into the boot and whose cluster then waited its
 /// whole 420 s for Ready) is found out within seconds of ssh, booted once
 /// more on the clean command line, and comes up Ready: the harness's
-/// [`BootFault`](testkit::node_vm::BootFault) path, end to end.
+/// [`BootFault`](testkit::node_vm::BootFault) path, end to end. (Masking the
+/// mount itself does not do it: `headroom-node-setup` mounts what is missing.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(feature = "full-tier"),
@@ -3891,7 +3893,7 @@ async fn own_node(
 )]
 async fn a_node_whose_first_boot_cannot_start_its_kubelet_is_booted_again_and_comes_up() {
     let mut spec = testkit::node_vm::NodeSpec::cgroupfs("node-again", 3);
-    spec.first_boot_fault = Some("systemd.mask=mnt-host.mount".into());
+    spec.first_boot_fault = Some("systemd.mask=headroom-node.service".into());
     let Some((_serial, c, started)) = own_node(spec).await else {
         return;
     };

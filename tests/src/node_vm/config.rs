@@ -94,7 +94,7 @@ pub struct NodeSpec {
     pub persistent_disk: bool,
     /// Words added to the kernel command line of the first boot only: a
     /// fault for the harness's second boot to mend (e.g.
-    /// `systemd.mask=mnt-host.mount`, what a failed 9p mount does).
+    /// `systemd.mask=headroom-node.service`: the kubelet will not start).
     pub first_boot_fault: Option<String>,
 }
 

@@ -184,12 +184,12 @@ mod tests {
         let clean = append(&launch());
         assert!(clean.ends_with("systemd.show_status=false"), "{clean}");
         let faulty = VmLaunch {
-            extra_append: "systemd.mask=mnt-host.mount".into(),
+            extra_append: "systemd.mask=headroom-node.service".into(),
             ..launch()
         };
         assert_eq!(
             append(&faulty),
-            format!("{clean} systemd.mask=mnt-host.mount")
+            format!("{clean} systemd.mask=headroom-node.service")
         );
     }
 
