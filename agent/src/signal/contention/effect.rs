@@ -13,7 +13,7 @@
 //!    first one could show any effect is a guess on a guess. The owed pod
 //!    is read every interval meanwhile (its pressure too, whatever the
 //!    gate): these intervals are the *before* window, beside the one that
-//!    owed it and the one before that where it already asked as much.
+//!    owed it and the one before that where it was owed CPU then too.
 //! 2. **Measuring**: applied; the owed pod is read for as many intervals as
 //!    the before window holds (at least [`MIN_WINDOW`], at most
 //!    [`WINDOW`]): equal windows, of intervals actually read ([`judge`]).
@@ -77,21 +77,6 @@ pub const BLOCK_MAX: Duration = Duration::from_secs(480);
 /// dropped unjudged: twice the default drift grace, as the emulated
 /// kubelet took tens of seconds under load.
 pub const APPLY_TIMEOUT: Duration = Duration::from_secs(60);
-/// Whether the interval before the one that owed `d` CPU belongs in the
-/// claim's before window: its demand (usage + wait) was already the need the
-/// lowering is for, within the bar ([`need_m`] of what it is owed), as the
-/// hold's test of "still that need" reads it. An interval below that is the
-/// start of its need, not its swing: in the window it drags the mean down
-/// and the spread up (benefit bench, `flicker`, 2026-12-07: 108m used and
-/// 50m waited, then 487m and 230m, made a bar of 379m, and a neighbour whose
-/// usage after was the 482m it had used before read as +185m). Whether the
-/// pod was *owed* then is not the test: a wait past the threshold counts
-/// only when it shows twice in a row, and `mixed`'s neighbour waited 79m at
-/// 160m, owed nothing, the interval before it was owed 81m at 158m.
-fn already_asking(earlier: &Sample, d: &Displaced) -> bool {
-    earlier.usage_m + earlier.displaced_m + need_m(d.deficit_m) >= d.usage_m + d.displaced_m
-}
-
 /// How long a pod is owed nothing after `strikes` lowerings in a row for
 /// it bought nothing (1: the first).
 pub fn block_for(strikes: u32) -> Duration {
@@ -256,10 +241,13 @@ impl Claims {
     /// lowered managed pods (`lowered`, accepted by the apiserver). Each
     /// such pod is what the lowering was for. `earlier`: what it was read
     /// at the interval before, where that was read: the before window's
-    /// first interval when it already asked for the need the lowering is
-    /// for ([`already_asking`]). A claim that helped is kept under the new
-    /// one (`prior`): its holds stay, and it comes back if the new one buys
-    /// nothing.
+    /// first interval when it was owed CPU then too. An interval in which
+    /// it was owed nothing is the start of its need, not its swing: in the
+    /// window it drags the mean down and the spread up (benefit bench,
+    /// `flicker`, 2026-12-07: 108m then 487m made a bar of 379m, and a
+    /// neighbour that gained nothing read as +185m). A claim that helped is
+    /// kept under the new one (`prior`): its holds stay, and it comes back
+    /// if the new one buys nothing.
     pub fn open<'a, 'b>(
         &mut self,
         owed: impl IntoIterator<Item = &'a Displaced>,
@@ -275,8 +263,8 @@ impl Claims {
                 continue;
             }
             let mut before: Vec<Sample> = earlier(&d.id)
+                .filter(|e| e.deficit_m > 0)
                 .map(Sample::of)
-                .filter(|e| already_asking(e, d))
                 .into_iter()
                 .collect();
             before.push(Sample::of(d));
