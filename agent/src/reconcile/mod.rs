@@ -33,7 +33,7 @@ use crate::kube::watch::Caches;
 use crate::metrics::Metrics;
 use crate::model::{Millis, PodView, Uid};
 use crate::policy::{Direction, PatchPlan, PolicyConfig, TokenBucket};
-use crate::signal::contention::effect::{Judged, Lowered};
+use crate::signal::contention::effect::{Judged, Lowered, Sample};
 use crate::signal::usage;
 
 use act::PodLevel;
@@ -274,7 +274,16 @@ impl<P: PodApi, E: EventApi> Agent<P, E> {
         let earlier = &self.scan.before_earlier;
         self.scan.claims.open(
             obs.contention.owed(),
-            |id| earlier.displaced.iter().find(|d| &d.id == id),
+            |id| {
+                earlier
+                    .displaced
+                    .iter()
+                    .find(|d| &d.id == id)
+                    .map(|d| Sample {
+                        usage_m: d.usage_m,
+                        displaced_m: d.displaced_m,
+                    })
+            },
             &lowered,
             now,
         );

@@ -13,7 +13,7 @@
 //!    first one could show any effect is a guess on a guess. The owed pod
 //!    is read every interval meanwhile (its pressure too, whatever the
 //!    gate): these intervals are the *before* window, beside the one that
-//!    owed it and the one before that where it was owed CPU then too.
+//!    owed it and the one before that.
 //! 2. **Measuring**: applied; the owed pod is read for as many intervals as
 //!    the before window holds (at least [`MIN_WINDOW`], at most
 //!    [`WINDOW`]): equal windows, of intervals actually read ([`judge`]).
@@ -239,19 +239,15 @@ impl Claims {
     /// Opens a claim for each pod owed this interval that a lowering may be
     /// made for ([`Self::may_lower_for`]), when this interval's patches
     /// lowered managed pods (`lowered`, accepted by the apiserver). Each
-    /// such pod is what the lowering was for. `earlier`: what it was read
-    /// at the interval before, where that was read: the before window's
-    /// first interval when it was owed CPU then too. An interval in which
-    /// it was owed nothing is the start of its need, not its swing: in the
-    /// window it drags the mean down and the spread up (benefit bench,
-    /// `flicker`, 2026-12-07: 108m then 487m made a bar of 379m, and a
-    /// neighbour that gained nothing read as +185m). A claim that helped is
-    /// kept under the new one (`prior`): its holds stay, and it comes back
-    /// if the new one buys nothing.
-    pub fn open<'a, 'b>(
+    /// such pod is what the lowering was for. `earlier`: its sample the
+    /// interval before, where that was read (the before window's first
+    /// interval). A claim that helped is kept under the new one
+    /// (`prior`): its holds stay, and it comes back if the new one buys
+    /// nothing.
+    pub fn open<'a>(
         &mut self,
         owed: impl IntoIterator<Item = &'a Displaced>,
-        earlier: impl Fn(&CgroupPodId) -> Option<&'b Displaced>,
+        earlier: impl Fn(&CgroupPodId) -> Option<Sample>,
         lowered: &[Lowered],
         now: Duration,
     ) {
@@ -262,12 +258,11 @@ impl Claims {
             if d.deficit_m == 0 || !self.may_lower_for(d) {
                 continue;
             }
-            let mut before: Vec<Sample> = earlier(&d.id)
-                .filter(|e| e.deficit_m > 0)
-                .map(Sample::of)
-                .into_iter()
-                .collect();
-            before.push(Sample::of(d));
+            let mut before: Vec<Sample> = earlier(&d.id).into_iter().collect();
+            before.push(Sample {
+                usage_m: d.usage_m,
+                displaced_m: d.displaced_m,
+            });
             let prior = self.by_owed.remove(&d.id).map(Box::new);
             self.by_owed.insert(
                 d.id.clone(),

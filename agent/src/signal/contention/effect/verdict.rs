@@ -2,7 +2,7 @@
 //! bar a change must pass, and what the check found ([`judge`]).
 
 use crate::model::{CgroupPodId, Millis, Uid};
-use crate::signal::contention::{Displaced, MIN_DISPLACED_M};
+use crate::signal::contention::MIN_DISPLACED_M;
 
 /// One interval of the owed pod, read: its usage and pressure compared
 /// between two snapshots (an interval not read is no sample at all).
@@ -14,16 +14,6 @@ pub struct Sample {
     ///
     /// [`Displaced::displaced_m`]: crate::signal::contention::Displaced::displaced_m
     pub displaced_m: Millis,
-}
-
-impl Sample {
-    /// What one interval's attribution read of a pod.
-    pub fn of(d: &Displaced) -> Self {
-        Sample {
-            usage_m: d.usage_m,
-            displaced_m: d.displaced_m,
-        }
-    }
 }
 
 /// One managed pod a lowering lowered.
