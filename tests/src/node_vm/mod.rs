@@ -553,13 +553,19 @@ impl NodeVm {
         if !kubelet_dead(&out) {
             return None;
         }
+        // The units it needs, not the boot's warnings (kernel noise): a mount
+        // that failed and was mounted again later by headroom-node-setup is
+        // no longer a failed unit, but its journal and the kubelet's
+        // "Dependency failed" say what happened.
         let why = self
             .sh("systemctl --failed --no-legend --plain; \
-                 journalctl -b --no-pager -p warning | tail -n 15")
+                 journalctl -b --no-pager -o short-monotonic -u kubelet.service \
+                 -u mnt-host.mount -u mnt-node.mount -u headroom-node.service \
+                 -u containerd.service -u headroom-images.service | tail -n 20")
             .await
             .unwrap_or_else(|e| format!("<systemctl: {e:#}>"));
         Some(BootFault(format!(
-            "{}: the kubelet will not start this boot ({}; no start job queued); failed units and warnings:\n{why}",
+            "{}: the kubelet will not start this boot ({}; no start job queued); failed units, and the journal of the units it needs:\n{why}",
             self.spec.name,
             out.trim()
         )))
