@@ -391,6 +391,16 @@ GOAL_SHORT = {
     ("agent", "false_lowerings"): "0 false lowerings",
     ("svc", "dry_run_like_static"): "--dry-run like (a)",
 }
+# Against the peers a user would run instead (issue 48): (k) koordlet, (d)
+# cpu.max.burst; the same goals, each against its peer.
+for _peer, _tag in (("koordlet", "(k)"), ("burst", "(d)")):
+    GOAL_SHORT.update({
+        ("svc", f"p99_vs_{_peer}"): f"service p99 ≤ {_tag}",
+        ("svc2", f"p99_vs_{_peer}"): f"second service p99 ≤ {_tag}",
+        ("within", f"p99_vs_{_peer}"): f"within-request p99 ≤ +10 % of {_tag}",
+        ("within", f"usage_vs_{_peer}"): f"within-request CPU ≥ {_tag}",
+        ("batch", f"p99_vs_{_peer}"): f"unmanaged p99 ≤ +10 % of {_tag}",
+    })
 
 RULE_TEXT = (
     "A goal on a ratio is **met** when the median of the repetitions (the ratio of the "
@@ -402,7 +412,10 @@ RULE_TEXT = (
     "most 2, instead of per burst. Managed services: p99 at most (a)'s and, except in "
     "`short` and `flicker`, at most 2× (b)'s; the within-request neighbour: p99 at most 1.1× (a)'s, and the CPU it got "
     "in its contended phase(s) at least 0.97× (a)'s (3 % for sampling noise); the "
-    "unmanaged batch neighbour: p99 while it needs CPU at most (b)'s."
+    "unmanaged batch neighbour: p99 while it needs CPU at most (b)'s. Against a peer in the "
+    "run, (k) koordlet or (d) `cpu.max.burst`, nobody worse off: each service's p99 at most "
+    "the peer's, each neighbour's p99 at most 1.1× the peer's and the within-request "
+    "neighbour's CPU at least 0.97× the peer's."
 )
 
 

@@ -41,7 +41,7 @@
 //!   and the pause after it is one *episode*; the agent's patches of the
 //!   service are counted per episode, not per burst.
 //!
-//! The configurations (default `a-static,b-nolimit,c-headroom,d-burst,e-dryrun`,
+//! The configurations (default `a-static,b-nolimit,c-headroom,d-burst,e-dryrun,k-koordlet`,
 //! plus any `BENEFIT_TUNED` candidates; `BENEFIT_CONFIGS` names others):
 //!
 //! - `a-static`: the tight limit as declared;
@@ -270,12 +270,14 @@ impl Config {
         Config::Koordlet,
     ];
     /// Run when `BENEFIT_CONFIGS` is unset (with any tuning candidates).
-    const DEFAULT: [Config; 5] = [
+    /// (d) and (k) are the peers the goals hold Headroom against (issue 48).
+    const DEFAULT: [Config; 6] = [
         Config::Static,
         Config::NoLimit,
         Config::Headroom,
         Config::Burst,
         Config::DryRun,
+        Config::Koordlet,
     ];
     fn name(self) -> &'static str {
         match self {

@@ -85,6 +85,12 @@ fn rows() -> Vec<RunRow> {
                 ..row("c-headroom", AGENT_PATCH, 8_000.0)
             });
             v.push(row("e-dryrun", AGENT_DRY_RUN, 15_100.0));
+            // mixed: koordlet beside them, its service p99 6,000 (c's
+            // 8,000: worse), the neighbours' figures as (a)'s (c's batch
+            // p99 twice its).
+            if scenario == "mixed" {
+                v.push(row(summary::KOORDLET, AGENT_NONE, 6_000.0));
+            }
         }
     }
     v
@@ -180,12 +186,25 @@ fn a_matrix_run_gets_a_table_and_goals_per_scenario_and_a_headline() {
             .unwrap_or_else(|| panic!("no {name} row in {headline}"))
             .to_string()
     };
-    // mixed: (c) 8 goals, (e) 1; not met: p99 against (b), batch against (b).
-    assert!(line("mixed").contains("| 7 of 9 |"), "{headline}");
+    // mixed: (c) 8 goals and 4 against (k), (e) 1; not met: p99 against
+    // (b), batch against (b), and both again against (k).
+    assert!(line("mixed").contains("| 9 of 13 |"), "{headline}");
     assert!(
-        line("mixed").contains("(c) service p99 ≤ 2× (b); (c) unmanaged p99 ≤ (b) |"),
+        line("mixed").contains(
+            "(c) service p99 ≤ 2× (b); (c) unmanaged p99 ≤ (b); (c) service p99 ≤ (k); \
+             (c) unmanaged p99 ≤ +10 % of (k) |"
+        ),
         "{headline}"
     );
+    // Against (k) only where it ran.
+    assert!(
+        mixed.contains(
+            "- **service's p99 no worse than under (k) koordlet** (median at most 1×): \
+             (c) 1.33×"
+        ) && mixed.contains("| (k) koordlet CPU Burst auto |"),
+        "{mixed}"
+    );
+    assert!(!pair.contains("(k) koordlet") && !line("pair").contains("(k)"));
     assert!(
         line("pair").contains("(c) 0 lowerings that bought nothing"),
         "{headline}"
