@@ -41,6 +41,7 @@ LABELS = {
     "e-dryrun": "(e) Headroom --dry-run",
     "f-declared": "(f) Headroom --floor declared",
     "k-koordlet": "(k) koordlet CPU Burst auto",
+    "x-coexist": "(x) Headroom beside koordlet",
 }
 LONG = {"c-headroom": ", default (`floor = request`)"}
 

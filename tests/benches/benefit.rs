@@ -64,6 +64,11 @@
 //!   takes (100). **A (k) run in which koordlet wrote nothing to the
 //!   service's cgroups while the service was throttled fails the bench**
 //!   (`benefit::koordlet::refusal`);
+//! - `x-coexist` (on request): Headroom and koordlet both on the same
+//!   services, koordlet started first — what a user running both would
+//!   see. No goals and no refusal: the run writes what the agent said (its
+//!   drift, verification and yield lines, its drift and resize samples)
+//!   to raw/<run>-coexist.txt (docs/coexistence.md);
 //! - tuning candidates named in `BENEFIT_TUNED`: the agent with the flags
 //!   given, e.g. `BENEFIT_TUNED='g-cool15=--raise-cooldown 15s;h-window2=--contention-window 2s'`.
 //!
@@ -220,6 +225,10 @@ enum Config {
     Declared,
     /// Koordinator's koordlet, CPU Burst `auto` (`benefit::koordlet`).
     Koordlet,
+    /// Headroom and koordlet both, on the same services: what a user
+    /// running both would see (docs/coexistence.md). Not a contender: no
+    /// goals, no refusal; its run reports what the agent said.
+    Coexist,
     /// A tuning candidate from `BENEFIT_TUNED` (leaked: it lives as long as
     /// the bench, and keeps `Config` `Copy`).
     Tuned(&'static Tuned),
@@ -260,7 +269,7 @@ fn parse_tuned(spec: &str) -> anyhow::Result<Vec<Tuned>> {
 }
 
 impl Config {
-    const ALL: [Config; 7] = [
+    const ALL: [Config; 8] = [
         Config::Static,
         Config::NoLimit,
         Config::Headroom,
@@ -268,6 +277,7 @@ impl Config {
         Config::DryRun,
         Config::Declared,
         Config::Koordlet,
+        Config::Coexist,
     ];
     /// Run when `BENEFIT_CONFIGS` is unset (with any tuning candidates).
     /// (d) and (k) are the peers the goals hold Headroom against (issue 48).
@@ -288,20 +298,25 @@ impl Config {
             Config::DryRun => "e-dryrun",
             Config::Declared => "f-declared",
             Config::Koordlet => "k-koordlet",
+            Config::Coexist => "x-coexist",
             Config::Tuned(t) => &t.name,
         }
     }
     fn agent_args(self) -> Option<Vec<String>> {
         match self {
-            Config::Headroom => Some(vec![]),
+            Config::Headroom | Config::Coexist => Some(vec![]),
             Config::DryRun => Some(vec!["--dry-run".into()]),
             Config::Declared => Some(vec!["--floor".into(), "declared".into()]),
             Config::Tuned(t) => Some(t.args.clone()),
             Config::Static | Config::NoLimit | Config::Burst | Config::Koordlet => None,
         }
     }
-    /// `summary::AGENT_*`: no agent, one that patches, one in `--dry-run`.
+    /// `summary::AGENT_*`: no agent, one that patches, one in `--dry-run`,
+    /// one beside koordlet.
     fn agent_mode(self) -> &'static str {
+        if self == Config::Coexist {
+            return summary::AGENT_BESIDE_KOORDLET;
+        }
         match self.agent_args() {
             None => summary::AGENT_NONE,
             Some(a) if a.iter().any(|f| f == "--dry-run") => summary::AGENT_DRY_RUN,
@@ -953,6 +968,57 @@ async fn koordlet_finish(
     Ok(log)
 }
 
+/// The samples of a scrape that say what the agent made of another
+/// writer's cgroup writes, one `name{labels} value` a line.
+fn coexistence_samples(m: &prometheus_parse::Scrape) -> String {
+    let mut out = String::new();
+    for x in m.samples.iter().filter(|x| {
+        [
+            "headroom_cgroup_drift",
+            "headroom_cgroup_drift_events_total",
+            "headroom_resizes_total",
+            "headroom_patch_errors_total",
+        ]
+        .contains(&x.metric.as_str())
+    }) {
+        let v = match x.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            _ => continue,
+        };
+        let _ = writeln!(out, "{}{{{}}} {v}", x.metric, x.labels);
+    }
+    out
+}
+
+/// (x) Headroom beside koordlet: what the agent said (its log's drift,
+/// verification and yield lines; its drift and resize samples) and how
+/// many quota changes koordlet logged, into raw/<run>-coexist.txt and one
+/// line of the bench's log. Nothing is judged: it is what a user running
+/// both would see (docs/coexistence.md).
+fn report_coexistence(
+    s: &Settings,
+    id: &str,
+    log: &str,
+    samples: &str,
+    koordlet_writes: usize,
+) -> anyhow::Result<()> {
+    let c = agent_log::coexistence(log);
+    let line = format!(
+        "{id}: beside koordlet ({koordlet_writes} quota changes logged): drift {} (cleared {}), \
+         Headroom's resizes verified {} / unverified {} / overtaken {}, yields {}",
+        c.drifts, c.drifts_cleared, c.verified, c.unverified, c.overtaken, c.yields
+    );
+    eprintln!("benefit: {line}");
+    let text = format!(
+        "{line}\nfirst drift line: {}\n\nsamples at the end:\n{samples}",
+        c.first_drift.as_deref().unwrap_or("-")
+    );
+    std::fs::write(s.out.join(format!("raw/{id}-coexist.txt")), text)?;
+    Ok(())
+}
+
 fn phase_list(p: &[Phase]) -> String {
     p.iter()
         .map(|p| format!("{}:{}@{}", p.name, p.duration.as_secs_f64(), p.rate_per_s))
@@ -1221,11 +1287,14 @@ async fn measure(
         });
     }
     let burst_setting = burst_setting.join("; ");
-    // No koordlet but in (k); no Headroom in (k) (it has no agent args).
+    // No koordlet but in (k) and (x); no Headroom in (k) (it has no agent
+    // args). In (x) koordlet starts first: the agent finds its writes.
     koordlet_stop(node).await?;
     let koordlet = match (config, &pods.koordlet) {
-        (Config::Koordlet, Some(setup)) => Some(koordlet_start(node, &managed, setup).await?),
-        (Config::Koordlet, None) => bail!("{id}: koordlet was not set up"),
+        (Config::Koordlet | Config::Coexist, Some(setup)) => {
+            Some(koordlet_start(node, &managed, setup).await?)
+        }
+        (Config::Koordlet | Config::Coexist, None) => bail!("{id}: koordlet was not set up"),
         _ => None,
     };
     let agent = match config.agent_args() {
@@ -1293,8 +1362,10 @@ async fn measure(
     let (mut raise_p, mut lower_p, mut dry) = (0.0, 0.0, 0.0);
     let mut agent_cpu_s = 0.0;
     let mut log = String::new();
+    let mut metrics_text = String::new();
     if let Some(agent) = agent {
         let m = agent.scrape().await?;
+        metrics_text = coexistence_samples(&m);
         let r = |res: &str, dir: &str| {
             metric(
                 &m,
@@ -1338,7 +1409,9 @@ async fn measure(
     let resizes = agent_log::resizes(&log);
     let is_managed = |r: &agent_log::Resize| managed.iter().any(|(n, _)| r.of_pod(n));
     let managed_patches = resizes.iter().filter(|r| is_managed(r)).count();
-    if config.agent_args().is_some()
+    if config == Config::Coexist {
+        report_coexistence(s, &id, &log, &metrics_text, koordlet_writes.len())?;
+    } else if config.agent_args().is_some()
         && let Some(why) = refuse(
             &id,
             config,
@@ -1362,7 +1435,7 @@ async fn measure(
         w.into_iter().map(|(a, b)| (t0 + a, t0 + b)).collect()
     };
     let win = analysis::window(&samples, t0, end).context("no samples inside the run")?;
-    if koordlet_log.is_some() {
+    if config == Config::Koordlet {
         let writes = benefit::koordlet::Writes {
             samples_above_limit: samples
                 .iter()
@@ -1804,7 +1877,7 @@ async fn bench(s: Settings) -> anyhow::Result<()> {
     for t in [&pods.svc, &pods.within, &pods.b] {
         wait_answering(node, t).await?;
     }
-    if s.configs.contains(&Config::Koordlet) {
+    if s.configs.contains(&Config::Koordlet) || s.configs.contains(&Config::Coexist) {
         pods.koordlet = Some(install_koordlet(&c, node, &pods.svc).await?);
     }
     let pods = pods;

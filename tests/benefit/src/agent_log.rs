@@ -184,6 +184,49 @@ pub fn yield_lines(log: &str) -> Vec<&str> {
         .collect()
 }
 
+/// What the agent said while another node agent wrote the same cgroups
+/// (the bench's `x-coexist` run, koordlet beside it): its log's lines by
+/// message, and the first drift line.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Coexistence {
+    /// `cgroup drift` and `cgroup drift changed`: cgroups disagreeing with
+    /// the pod spec past the grace period.
+    pub drifts: usize,
+    pub drifts_cleared: usize,
+    /// The agent's own resizes: seen in `cpu.max`, not seen within grace,
+    /// overtaken by another writer's before they showed.
+    pub verified: usize,
+    pub unverified: usize,
+    pub overtaken: usize,
+    /// Pods left to another writer (begun).
+    pub yields: usize,
+    pub first_drift: Option<String>,
+}
+
+/// [`Coexistence`] of an agent log (its JSON lines: a message is matched
+/// whole, so `cgroup drift` is not `cgroup drift cleared`).
+pub fn coexistence(log: &str) -> Coexistence {
+    let is = |l: &str, m: &str| l.contains(&format!("\"message\":\"{m}\""));
+    let mut c = Coexistence::default();
+    for l in log.lines() {
+        if is(l, "cgroup drift") || is(l, "cgroup drift changed") {
+            c.drifts += 1;
+            c.first_drift.get_or_insert_with(|| l.to_string());
+        } else if is(l, "cgroup drift cleared") {
+            c.drifts_cleared += 1;
+        } else if is(l, "resize verified in cpu.max") {
+            c.verified += 1;
+        } else if is(l, "resize not seen in cpu.max within grace") {
+            c.unverified += 1;
+        } else if l.contains("resize overtaken by another writer") {
+            c.overtaken += 1;
+        } else if is(l, YIELDING) {
+            c.yields += 1;
+        }
+    }
+    c
+}
+
 /// Why a run in which the agent ran measured nothing (the bench then fails
 /// rather than print a table of it).
 #[derive(Clone, Debug, PartialEq)]
@@ -351,6 +394,35 @@ pub fn patches_per_burst(resizes: &[Resize], name: &str, bursts: &[(f64, f64)]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn coexistence_counts_each_message_whole() {
+        let log = [
+            r#"{"level":"WARN","fields":{"message":"cgroup drift","pod":"u1","cgroup":"app","for_s":12}}"#,
+            r#"{"level":"WARN","fields":{"message":"cgroup drift changed","pod":"u1","cgroup":"app"}}"#,
+            r#"{"level":"INFO","fields":{"message":"cgroup drift cleared","pod":"u1","cgroup":"app"}}"#,
+            r#"{"level":"INFO","fields":{"message":"resize verified in cpu.max","pod":"u1"}}"#,
+            r#"{"level":"WARN","fields":{"message":"resize not seen in cpu.max within grace","pod":"u1"}}"#,
+            r#"{"level":"INFO","fields":{"message":"resize overtaken by another writer's before it showed in cpu.max; not verified as Headroom's","pod":"u1"}}"#,
+            r#"{"level":"INFO","fields":{"message":"yielding to another writer","pod":"u1"}}"#,
+            r#"{"level":"INFO","fields":{"message":"no longer yielding to another writer","pod":"u1"}}"#,
+        ]
+        .join("\n");
+        let c = coexistence(&log);
+        assert_eq!(
+            (
+                c.drifts,
+                c.drifts_cleared,
+                c.verified,
+                c.unverified,
+                c.overtaken,
+                c.yields
+            ),
+            (2, 1, 1, 1, 1, 1)
+        );
+        assert!(c.first_drift.unwrap().contains("\"for_s\":12"));
+        assert_eq!(coexistence("resized pod=x"), Coexistence::default());
+    }
 
     const LOG: &str = "\
 Started headroom-agent.service - /mnt/node/bin/headroom-agent run --node-name n.

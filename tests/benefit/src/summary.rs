@@ -32,6 +32,9 @@ pub const AGENT_NONE: &str = "none";
 pub const AGENT_PATCH: &str = "patch";
 /// The agent runs with `--dry-run`.
 pub const AGENT_DRY_RUN: &str = "dry_run";
+/// The agent patches beside koordlet on the same services (`x-coexist`):
+/// not a contender, no goals.
+pub const AGENT_BESIDE_KOORDLET: &str = "beside_koordlet";
 
 /// The committed static (a) figure a run's is checked against.
 #[derive(Clone, Debug, PartialEq)]
