@@ -1,10 +1,10 @@
 //! docs/coexistence.md names what the code does: the reason label, the
-//! annotation, the Event reason, the skew it allows, and its HPA example adds
-//! up by HPA's own rule.
+//! annotation, the Event reasons (yielded; drift, beside koordlet), the skew
+//! it allows, and its HPA example adds up by HPA's own rule.
 
 use std::path::Path;
 
-use headroom::kube::events::REASON_YIELDED;
+use headroom::kube::events::{REASON_DRIFT, REASON_YIELDED};
 use headroom::model::ANN_RESUME;
 use headroom::policy::Unmanaged;
 use headroom::policy::writers::RESUME_SKEW_S;
@@ -17,13 +17,15 @@ fn doc() -> String {
 #[test]
 fn the_doc_names_the_reason_annotation_event_and_skew_the_code_uses() {
     let d = doc();
-    assert!(d.starts_with("# Running beside VPA and HPA\n"));
+    assert!(d.starts_with("# Running beside VPA, HPA and koordlet\n"));
     for s in [
         format!("reason=\"{}\"", Unmanaged::OtherWriter.reason()),
         format!("{ANN_RESUME}=$(date -u +%Y-%m-%dT%H:%M:%SZ)"),
         format!("`{REASON_YIELDED}`"),
         format!("more than {} minutes ahead", RESUME_SKEW_S / 60),
         "controlledValues: RequestsOnly".to_string(),
+        // Beside koordlet: what a cut of its lasting past the grace raises.
+        format!("`{REASON_DRIFT}` Event"),
     ] {
         assert!(d.contains(&s), "docs/coexistence.md does not say {s:?}");
     }
