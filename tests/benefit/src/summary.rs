@@ -492,12 +492,7 @@ pub fn goals(rows: &[RunRow], parties: Parties) -> Vec<Goal> {
         if !rs.iter().any(|r| r.agent == AGENT_PATCH) {
             continue;
         }
-        let mut services: Vec<(&'static str, &str, Figure)> =
-            vec![("svc", "service", |r| r.svc_p99_ms)];
-        if parties.svc2 {
-            services.push(("svc2", "second service", |r| r.svc2_p99_ms));
-        }
-        for (party, who, f) in services {
+        for (party, who, f) in services(parties) {
             out.push(
                 Goal::new(
                     c,
@@ -608,6 +603,16 @@ pub fn goals(rows: &[RunRow], parties: Parties) -> Vec<Goal> {
     out
 }
 
+/// The managed services of a scenario: (party, who, its p99).
+fn services(parties: Parties) -> Vec<(&'static str, &'static str, Figure)> {
+    let mut out: Vec<(&'static str, &'static str, Figure)> =
+        vec![("svc", "service", |r| r.svc_p99_ms)];
+    if parties.svc2 {
+        out.push(("svc2", "second service", |r| r.svc2_p99_ms));
+    }
+    out
+}
+
 /// A peer a user would run instead of Headroom, and the ids of the goals
 /// against it.
 struct Peer {
@@ -652,12 +657,7 @@ fn peer_goals(
         let Some(p) = by.get(peer.config) else {
             continue;
         };
-        let mut services: Vec<(&'static str, &str, Figure)> =
-            vec![("svc", "service", |r| r.svc_p99_ms)];
-        if parties.svc2 {
-            services.push(("svc2", "second service", |r| r.svc2_p99_ms));
-        }
-        for (party, who, f) in services {
+        for (party, who, f) in services(parties) {
             out.push(
                 Goal::new(
                     c,
